@@ -1,0 +1,192 @@
+"""The `coevo` command."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from coevo.envs import base as envs
+from coevo.envs.episode import expert_trajectory
+
+app = typer.Typer(
+    help="Train LLM agents that improve themselves from their own interaction with text envs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+env_app = typer.Typer(help="List, check and play environments.", no_args_is_help=True)
+app.add_typer(env_app, name="env")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print a user-facing error in one sentence and exit: no traceback for a user's mistake."""
+    err_console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, Any]:
+    """`key=value` strings into keyword options; values parsed as YAML scalars (1, 0.5, true)."""
+    import yaml
+
+    options: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"option {pair!r} is not of the form key=value.")
+        options[key.strip()] = yaml.safe_load(value)
+    return options
+
+
+def open_env(name: str, data: Path | None, options: list[str] | None) -> envs.Env:
+    # A user env named "package.module:EnvClass" is importable from where the command runs,
+    # as with uvicorn and pytest.
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    kwargs = parse_options(options)
+    if data is not None:
+        if not data.exists():
+            fail(f"data directory {str(data)!r} does not exist.")
+        kwargs["data"] = str(data)
+    try:
+        return envs.make(name, **kwargs)
+    except envs.EnvError as exc:
+        fail(str(exc))
+    except TypeError as exc:
+        fail(f"env {name!r} does not take these options ({exc}).")
+    raise AssertionError("unreachable")
+
+
+DataOpt = Annotated[
+    Path | None, typer.Option("--data", help="Load tasks from this directory (real data).")
+]
+OptionOpt = Annotated[
+    list[str] | None, typer.Option("--option", "-o", help="Env option key=value (repeatable).")
+]
+
+
+@env_app.command("list")
+def env_list() -> None:
+    """List the registered environments."""
+    table = Table("name", "factory")
+    for name in envs.names():
+        factory = envs._REGISTRY[name]
+        table.add_row(name, factory if isinstance(factory, str) else repr(factory))
+    console.print(table)
+
+
+@env_app.command("check")
+def env_check(
+    name: Annotated[str, typer.Argument(help="Registered name or 'package.module:EnvClass'.")],
+    tasks: Annotated[int, typer.Option("--tasks", "-n", help="Tasks per split.")] = 30,
+    data: DataOpt = None,
+    option: OptionOpt = None,
+) -> None:
+    """Run an environment through the conformance checker; non-zero exit on any failure."""
+    from coevo.envs.check import check_env
+
+    env = open_env(name, data, option)
+    try:
+        with console.status(f"checking {name}") as status:
+            report = check_env(env, tasks, progress=lambda s: status.update(f"checking {s}"))
+    finally:
+        env.close()
+    table = Table("check", "passed", "failed", "problems", title=f"env check: {name}")
+    for result in report.results.values():
+        mark = "[green]ok[/]" if result.ok else "[red]FAIL[/]"
+        problems = "\n".join(result.problems) or ("no cases ran" if not result.ok else "")
+        table.add_row(f"{mark} {result.name}", str(result.passed), str(result.failed), problems)
+    console.print(table)
+    verdict = "[green]passed[/]" if report.ok else "[red]failed[/]"
+    console.print(f"{name}: {verdict} in {report.seconds:.1f}s")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@env_app.command("play")
+def env_play(
+    name: Annotated[str, typer.Argument(help="Registered name or 'package.module:EnvClass'.")],
+    task_id: Annotated[str | None, typer.Option("--task", help="Task id to play.")] = None,
+    split: Annotated[str, typer.Option(help="Split to pick the task from.")] = "train",
+    expert: Annotated[bool, typer.Option("--expert", help="Watch the expert instead.")] = False,
+    data: DataOpt = None,
+    option: OptionOpt = None,
+) -> None:
+    """Play one episode by hand in the terminal (type actions such as search[red shoes])."""
+    env = open_env(name, data, option)
+    try:
+        task = _pick_task(env, split, task_id)
+        if expert:
+            _show_trajectory(expert_trajectory(env, task))
+            return
+        observation, _ = env.reset(task)
+        console.print(Panel(observation, title=f"{task.id}"))
+        console.print(f"[dim]{env.max_steps} steps; Ctrl-D to quit[/]")
+        while True:
+            try:
+                reply = console.input("[bold cyan]action> [/]")
+            except EOFError:
+                return
+            result = env.step(reply)
+            console.print(Panel(result.observation, title="observation"))
+            if result.done:
+                how = "terminated" if result.terminated else "truncated"
+                console.print(f"episode {how}: reward [bold]{result.reward:.3f}[/]")
+                console.print(result.info)
+                return
+    finally:
+        env.close()
+
+
+def _pick_task(env: envs.Env, split: str, task_id: str | None):
+    try:
+        tasks = env.tasks(envs.check_split(split))
+    except envs.EnvError as exc:
+        fail(str(exc))
+    if task_id is None:
+        if not tasks:
+            fail(f"env {env.name!r} has no tasks in split {split!r}.")
+        return tasks[0]
+    for task in tasks:
+        if task.id == task_id:
+            return task
+    fail(f"no task {task_id!r} in split {split!r} (first ids: {[t.id for t in tasks[:3]]}).")
+
+
+def _show_trajectory(trajectory) -> None:
+    for turn in trajectory.turns:
+        style = "green" if turn.role == "assistant" else "white"
+        console.print(Panel(turn.text, title=turn.role, border_style=style))
+    console.print(
+        f"reward [bold]{trajectory.reward:.3f}[/] after {trajectory.steps} steps "
+        f"(terminated={trajectory.terminated}, truncated={trajectory.truncated})"
+    )
+
+
+@app.command()
+def demo(
+    env_name: Annotated[str, typer.Option("--env", help="Environment to demo.")] = "shop",
+) -> None:
+    """The quick-start job: an expert episode and the conformance report of the built-in env."""
+    env = open_env(env_name, None, None)
+    try:
+        task = env.tasks("train")[0]
+        _show_trajectory(expert_trajectory(env, task))
+    finally:
+        env.close()
+    env_check(env_name, tasks=10)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
