@@ -119,44 +119,48 @@ def _check_expert_and_determinism(env: Env, task: Task, report: CheckReport) -> 
 
 
 def _check_bad_actions(env: Env, task: Task, report: CheckReport) -> None:
+    """Every bad reply gets an observation; episodes of bad replies truncate at the budget."""
     bad = report.result("bad actions answered, step used")
     budget = report.result("step budget truncates")
     after = report.result("step after the end raises")
     shape = report.result("rewards in [0, 1], 0 before the end")
     replies = [*MALFORMED_REPLIES, *IMPOSSIBLE_REPLIES]
-    try:
-        env.reset(task)
-    except Exception as exc:
-        bad.fail(f"{task.id}: reset raised {type(exc).__name__}: {exc}")
-        return
-    result: StepResult | None = None
-    for step in range(1, env.max_steps + 1):
-        reply = replies[(step - 1) % len(replies)]
-        result, error = _safe_step(env, reply)
-        if error is not None:
-            bad.fail(f"{task.id}: step {step} with {reply[:40]!r} raised {error}")
+    # Episodes of bad replies until every reply was tried and at least one episode ran out
+    # its whole budget; a budget shorter than the list spreads the replies over episodes.
+    i = 0
+    while i < len(replies) or budget.passed + budget.failed == 0:
+        try:
+            env.reset(task)
+        except Exception as exc:
+            bad.fail(f"{task.id}: reset raised {type(exc).__name__}: {exc}")
             return
-        assert result is not None
-        _check_result_shape(result, f"{task.id} step {step}", shape)
-        if not result.observation.strip():
-            bad.fail(f"{task.id}: step {step} with {reply[:40]!r} returned an empty observation")
-        elif result.terminated:
-            bad.fail(f"{task.id}: bad action {reply[:40]!r} ended the episode at step {step}")
+        for step in range(1, env.max_steps + 1):
+            reply = replies[i % len(replies)]
+            i += 1
+            result, error = _safe_step(env, reply)
+            if error is not None:
+                bad.fail(f"{task.id}: step {step} with {reply[:40]!r} raised {error}")
+                return
+            assert result is not None
+            _check_result_shape(result, f"{task.id} step {step}", shape)
+            if not result.observation.strip():
+                bad.fail(f"{task.id}: {reply[:40]!r} returned an empty observation")
+            elif result.terminated:
+                bad.fail(f"{task.id}: bad action {reply[:40]!r} ended the episode at step {step}")
+                return
+            else:
+                bad.passed += 1
+            if result.truncated and step < env.max_steps:
+                budget.fail(f"{task.id}: truncated at step {step}, budget is {env.max_steps}")
+                return
+        if not result.truncated:
+            budget.fail(f"{task.id}: not truncated after max_steps={env.max_steps} steps")
             return
-        else:
-            bad.passed += 1
-        if result.truncated and step < env.max_steps:
-            budget.fail(f"{task.id}: truncated at step {step}, budget is {env.max_steps}")
-            return
-    if result is not None and result.truncated:
         budget.passed += 1
-    else:
-        budget.fail(f"{task.id}: not truncated after max_steps={env.max_steps} steps")
-        return
-    _, error = _safe_step(env, "Action: anything")
-    if error is None:
-        after.fail(f"{task.id}: step after truncation did not raise")
-    else:
+        _, error = _safe_step(env, "Action: anything")
+        if error is None:
+            after.fail(f"{task.id}: a step after truncation did not raise")
+            return
         after.passed += 1
 
 

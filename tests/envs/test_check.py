@@ -1,0 +1,89 @@
+"""The checker passes a good env and names what is wrong with broken ones."""
+
+from __future__ import annotations
+
+import random
+
+from typer.testing import CliRunner
+
+from coevo.cli import app
+from coevo.envs.base import StepResult
+from coevo.envs.check import check_env
+from coevo.trajectory import Turn
+from tests.toy_env import ToyEnv
+
+
+class RaisesOnBadAction(ToyEnv):
+    def step(self, action):
+        if "frobnicate" in action:
+            raise ValueError("cannot parse")
+        return super().step(action)
+
+
+class WeakExpert(ToyEnv):
+    def expert(self, task):
+        return [Turn("assistant", "Action: type[aaa]")]
+
+
+class Noisy(ToyEnv):
+    def reset(self, task, *, seed=None):
+        obs, info = super().reset(task, seed=seed)
+        return f"{obs} ({random.random()})", info
+
+    def step(self, action):
+        r = super().step(action)
+        return StepResult(
+            f"{r.observation} {random.random()}", r.reward, r.terminated, r.truncated, r.info
+        )
+
+
+class NoBudget(ToyEnv):
+    def step(self, action):
+        r = super().step(action)
+        return StepResult(r.observation, r.reward, r.terminated, False, r.info)
+
+
+class RewardTooBig(ToyEnv):
+    def step(self, action):
+        r = super().step(action)
+        return StepResult(r.observation, r.reward * 2, r.terminated, r.truncated, r.info)
+
+
+def failing(env) -> set[str]:
+    return {r.name for r in check_env(env, tasks_per_split=2).failures}
+
+
+def test_good_env_passes():
+    report = check_env(ToyEnv(), tasks_per_split=3)
+    assert report.ok, [(r.name, r.problems) for r in report.failures]
+
+
+def test_broken_envs_fail_the_right_checks():
+    assert "bad actions answered, step used" in failing(RaisesOnBadAction())
+    assert "expert reaches 1.0" in failing(WeakExpert())
+    assert "deterministic replay" in failing(Noisy())
+    assert "step budget truncates" in failing(NoBudget())
+    assert "rewards in [0, 1], 0 before the end" in failing(RewardTooBig())
+
+
+def test_cli_check_exit_codes():
+    runner = CliRunner()
+    ok = runner.invoke(app, ["env", "check", "tests.toy_env:ToyEnv", "--tasks", "2"])
+    assert ok.exit_code == 0, ok.output
+    bad = runner.invoke(app, ["env", "check", "tests.envs.test_check:WeakExpert", "--tasks", "2"])
+    assert bad.exit_code == 1 and "FAIL" in bad.output
+
+
+def test_cli_unknown_env_is_one_clear_line():
+    result = CliRunner().invoke(app, ["env", "check", "nope"])
+    assert result.exit_code == 2
+    assert "Unknown env 'nope'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_play_by_hand():
+    result = CliRunner().invoke(
+        app, ["env", "play", "tests.toy_env:ToyEnv"], input="look\nAction: type[apple]\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert "The word is apple" in result.output and "reward 1.000" in result.output
