@@ -1,0 +1,135 @@
+"""Compare runs: the paper's Table 3 (reward per method x env/split) and Table 2 (outcomes).
+
+Reads run directories written by `coevo run`: `config.yaml` (method, env.name, seed) and the
+stage manifests. Eval stages record outputs of the form
+    {"kind": "eval", "iteration": i, "splits": {"test_seen": {"reward": r, "success": s, "n": n}}}
+and exploration stages
+    {"kind": "explore", "iteration": i, "outcomes": {"target": {"success": ..., ...}}}.
+A method's score in a run is its last finished eval; cells are mean +- std over seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from coevo.analysis.outcomes import OUTCOMES
+
+
+@dataclass
+class RunSummary:
+    """What one run directory contributes to the tables."""
+
+    path: str
+    method: str
+    env: str
+    seed: int | None
+    final_eval: dict[str, dict[str, float]] = field(default_factory=dict)
+    """split -> {"reward", "success", "n"} of the last finished eval."""
+    final_iteration: int = -1
+    outcomes: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    """agent -> outcome shares of each exploration."""
+
+
+def read_run(run_dir: str | Path) -> RunSummary:
+    run_dir = Path(run_dir)
+    config_path = run_dir / "config.yaml"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{str(run_dir)!r} is not a coevo run directory (no config.yaml).")
+    config = yaml.safe_load(config_path.read_text()) or {}
+    summary = RunSummary(
+        path=str(run_dir),
+        method=str(config.get("name") or config.get("method", "?")),
+        env=str((config.get("env") or {}).get("name", "?")),
+        seed=config.get("seed"),
+    )
+    manifests = sorted((run_dir / "stages").glob("*/manifest.json"))
+    for path in manifests:
+        outputs: dict[str, Any] = json.loads(path.read_text()).get("outputs", {})
+        if (
+            outputs.get("kind") == "eval"
+            and outputs.get("iteration", -1) >= summary.final_iteration
+        ):
+            summary.final_iteration = outputs["iteration"]
+            summary.final_eval = outputs["splits"]
+        elif outputs.get("kind") == "explore":
+            for agent, shares in outputs.get("outcomes", {}).items():
+                summary.outcomes.setdefault(agent, []).append(shares)
+    return summary
+
+
+def _cell(values: list[float], scale: float = 100.0) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values) * scale
+    if len(values) == 1:
+        return f"{mean:.1f}"
+    return f"{mean:.1f} ± {statistics.stdev(values) * scale:.1f}"
+
+
+def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any]:
+    """Tables as data: {"columns", "rows": {method: {column: [values]}}, "outcomes": ...}."""
+    runs = [read_run(d) for d in run_dirs]
+    rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    columns: list[str] = []
+    outcome_rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        for split, scores in sorted(run.final_eval.items()):
+            column = f"{run.env} {split}"
+            if column not in columns:
+                columns.append(column)
+            rows[run.method][column].append(float(scores[metric]))
+        for agent, explorations in run.outcomes.items():
+            for shares in explorations:
+                for name in OUTCOMES:
+                    outcome_rows[f"{run.method} / {agent}"][f"{run.env} {name}"].append(
+                        shares[name]
+                    )
+    return {
+        "metric": metric,
+        "columns": columns,
+        "rows": {m: dict(c) for m, c in rows.items()},
+        "outcomes": {m: dict(c) for m, c in outcome_rows.items()},
+        "runs": [r.path for r in runs],
+    }
+
+
+def to_markdown(tables: dict[str, Any]) -> str:
+    columns = tables["columns"]
+    lines = [
+        f"### Average {tables['metric']} (x100, mean ± std over seeds)",
+        "",
+        "| method | " + " | ".join(columns) + " | average |",
+        "| --- |" + " --- |" * (len(columns) + 1),
+    ]
+    for method, cells in tables["rows"].items():
+        means = [statistics.fmean(cells[c]) for c in columns if cells.get(c)]
+        average = f"{statistics.fmean(means) * 100:.1f}" if means else "-"
+        lines.append(
+            f"| {method} | "
+            + " | ".join(_cell(cells.get(c, [])) for c in columns)
+            + f" | {average} |"
+        )
+    if tables["outcomes"]:
+        envs = sorted({c.rsplit(" ", 1)[0] for cells in tables["outcomes"].values() for c in cells})
+        out_columns = [f"{e} {o}" for e in envs for o in OUTCOMES]
+        lines += [
+            "",
+            "### Exploration outcomes (% of rollouts, mean over explorations and seeds)",
+            "",
+            "| method / agent | " + " | ".join(out_columns) + " |",
+            "| --- |" + " --- |" * len(out_columns),
+        ]
+        for name, cells in tables["outcomes"].items():
+            row = [
+                f"{statistics.fmean(cells[c]) * 100:.1f}" if cells.get(c) else "-"
+                for c in out_columns
+            ]
+            lines.append(f"| {name} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from coevo.analysis.compare import compare, read_run, to_markdown
+
+
+def fake_run(root, name, method, seed, seen, unseen, shares=None):
+    run = root / name
+    (run / "stages").mkdir(parents=True)
+    (run / "config.yaml").write_text(
+        yaml.safe_dump({"method": method, "seed": seed, "env": {"name": "shop"}})
+    )
+
+    def stage(stage_name, outputs):
+        d = run / "stages" / stage_name
+        d.mkdir()
+        (d / "manifest.json").write_text(json.dumps({"outputs": outputs}))
+
+    # An earlier eval that must be ignored in favour of the last one.
+    stage(
+        "eval-0",
+        {"kind": "eval", "iteration": 0, "splits": {"test_seen": {"reward": 0.0, "success": 0}}},
+    )
+    splits = {
+        "test_seen": {"reward": seen, "success": 0.0},
+        "test_unseen": {"reward": unseen, "success": 0.0},
+    }
+    stage("eval-2", {"kind": "eval", "iteration": 2, "splits": splits})
+    if shares:
+        stage("explore-1", {"kind": "explore", "iteration": 1, "outcomes": {"target": shares}})
+    return run
+
+
+def test_tables_by_hand(tmp_path):
+    shares = {"success": 0.5, "hard_negative": 0.25, "failure": 0.25}
+    runs = [
+        fake_run(tmp_path, "a", "eto", 0, 0.50, 0.30, shares),
+        fake_run(tmp_path, "b", "eto", 1, 0.60, 0.40),
+        fake_run(tmp_path, "c", "sft", 0, 0.40, 0.20),
+    ]
+    assert read_run(runs[0]).final_iteration == 2
+    tables = compare(runs)
+    assert tables["rows"]["eto"]["shop test_seen"] == [0.5, 0.6]
+    md = to_markdown(tables)
+    # eto seen: mean 55.0, std of (50, 60) = 7.07 -> "55.0 ± 7.1"; average of 55 and 35 = 45.0.
+    assert "| eto | 55.0 ± 7.1 | 35.0 ± 7.1 | 45.0 |" in md
+    assert "| sft | 40.0 | 20.0 | 30.0 |" in md
+    assert "| eto / target | 50.0 | 25.0 | 25.0 |" in md
+
+
+def test_not_a_run_dir(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a coevo run directory"):
+        read_run(tmp_path)
