@@ -1,0 +1,313 @@
+"""Chat rendering: the one place text meets tokens, for training and for generation alike.
+
+`render(trajectory, tokenizer)` gives the token ids of a whole episode and a mask that is 1
+exactly on the tokens the agent wrote (its reply text and its end-of-turn token).
+`render_prompt(turns, tokenizer)` gives the ids of a generation prompt: the same pieces, then
+the assistant header. Both go through `Conversation`, which the rollout loop also uses
+incrementally, so training and generation never disagree about the text.
+
+How the pieces add up to the whole: message i's templated text is the chat template applied to
+messages[: i + 1] minus the template applied to messages[:i]. An assistant piece is split
+further into header | before | reply | end-of-turn | after, and every part is tokenised on its
+own, so no sample is ever dropped for a re-tokenisation mismatch: the ids are, by construction,
+the concatenation of the pieces. Generation prompts end with the template's generation header,
+which must be exactly the header of an assistant piece (checked, with a clear error if not).
+
+Context budget (`max_length`): the leading system/instruction turns and the newest
+action/observation exchange are always kept; the oldest (assistant, user) turn pairs in between
+are dropped first. A conversation whose kept turns alone exceed the budget raises
+`ContextTooLongError` rather than being cut silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from coevo.trajectory import Trajectory, Turn
+
+
+class RenderError(ValueError):
+    """A tokenizer or chat template that cannot render conversations faithfully."""
+
+
+class ContextTooLongError(RenderError):
+    """The turns that must be kept do not fit in `max_length` tokens."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """Token ids of a conversation and the mask of the agent's own tokens."""
+
+    input_ids: list[int]
+    action_mask: list[int]
+    """Same length as `input_ids`; 1 exactly on the agent's text and its end-of-turn token."""
+    dropped_turns: int = 0
+    """How many turns the context budget left out (always whole assistant/user pairs)."""
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One message's tokens: `ids` and `mask` as it sits in the conversation."""
+
+    ids: list[int]
+    mask: list[int]
+
+
+def _messages(turns: Sequence[Turn]) -> list[dict[str, str]]:
+    return [{"role": t.role, "content": t.text} for t in turns]
+
+
+class _Template:
+    """A tokenizer's chat template, compiled once; renders like `apply_chat_template`.
+
+    Rendering every prefix of a conversation is the hot path of `render`; going through
+    `apply_chat_template` would deep-copy the whole conversation on each call.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        check_chat_template(tokenizer)
+        self.tokenizer = tokenizer
+        self.source = tokenizer.chat_template
+        self.variables = dict(getattr(tokenizer, "special_tokens_map", {}) or {})
+        self.special = _special_strings(tokenizer)
+        try:
+            from transformers.utils.chat_template_utils import _compile_jinja_template
+
+            self.compiled = _compile_jinja_template(self.source)
+        except (ImportError, AttributeError):  # another transformers: take the public road
+            self.compiled = None
+
+    def __call__(self, messages: list[dict[str, str]], generation: bool) -> str:
+        if not messages:
+            return ""
+        if self.compiled is None:
+            return self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=generation
+            )
+        return self.compiled.render(
+            messages=messages, add_generation_prompt=generation, **self.variables
+        )
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> _Template:
+        cached = getattr(tokenizer, "_coevo_template", None)
+        if cached is not None and cached.source == tokenizer.chat_template:
+            return cached
+        template = cls(tokenizer)
+        with contextlib.suppress(AttributeError):  # cache on the tokenizer: compile once
+            tokenizer._coevo_template = template
+        return template
+
+
+def _special_strings(tokenizer: Any) -> list[str]:
+    """Special-token strings, longest first, to recognise an end-of-turn marker."""
+    strings = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            strings.add(str(token))
+    return sorted((s for s in strings if s), key=len, reverse=True)
+
+
+def _encode_many(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, no special tokens added, in one batched call."""
+    if not texts:
+        return []
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # skip the Python wrapper: same ids, a fraction of the time
+        return [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def check_chat_template(tokenizer: Any) -> None:
+    """Raise a clear error when `tokenizer` has no chat template."""
+    if not getattr(tokenizer, "chat_template", None):
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        raise RenderError(
+            f"Tokenizer {name!r} has no chat template: set tokenizer.chat_template to a Jinja "
+            "template (or use a checkpoint made by `coevo model init` or an instruct model)."
+        )
+
+
+class Conversation:
+    """A conversation tokenised piece by piece, growing one turn at a time.
+
+    `append(turn)` renders only what the new message adds; pieces are tokenised lazily in one
+    batch, and `render()` (training layout) and `prompt_ids()` (generation layout) assemble
+    the kept pieces under the context budget.
+    """
+
+    def __init__(self, tokenizer: Any, turns: Sequence[Turn] = ()) -> None:
+        self.tokenizer = tokenizer
+        self._template = _Template.of(tokenizer)
+        self.turns: list[Turn] = []
+        self._messages: list[dict[str, str]] = []
+        self._pieces: list[_Piece] = []
+        self._pending: list[list[tuple[str, int]]] = []  # (text, learn) parts not yet tokenised
+        self._text = ""  # the templated text of all turns so far
+        self._header: list[int] | None = None  # generation header ids after the last turn
+        self.extend(turns)
+
+    def extend(self, turns: Sequence[Turn]) -> None:
+        for turn in turns:
+            self.append(turn)
+
+    def append(self, turn: Turn) -> None:
+        messages = [*self._messages, {"role": turn.role, "content": turn.text}]
+        text = self._template(messages, generation=False)
+        if not text.startswith(self._text):
+            raise RenderError(
+                "The chat template renders earlier messages differently once a new one "
+                "follows, so pieces would not add up to the whole: use a prefix-stable "
+                "chat template (most instruct templates are)."
+            )
+        piece_text = text[len(self._text) :]
+        if turn.role == "assistant":
+            parts = self._assistant_parts(piece_text, turn.text)
+        else:
+            parts = [(piece_text, 0)]  # what the agent was shown: never learned
+        self.turns.append(turn)
+        self._messages = messages
+        self._pending.append(parts)
+        self._text = text
+        self._header = None
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        texts = [text for parts in self._pending for text, _ in parts if text]
+        encoded = iter(_encode_many(self.tokenizer, texts))
+        for parts in self._pending:
+            ids: list[int] = []
+            mask: list[int] = []
+            for text, learn in parts:
+                if text:
+                    part_ids = next(encoded)
+                    ids.extend(part_ids)
+                    mask.extend([learn] * len(part_ids))
+            self._pieces.append(_Piece(ids, mask))
+        self._pending.clear()
+
+    def _generation_header(self) -> str:
+        """The text the template adds for an assistant reply after the current turns."""
+        with_header = self._template(self._messages, generation=True)
+        if not with_header.startswith(self._text):
+            raise RenderError(
+                "The chat template's generation prompt changes the earlier messages: use a "
+                "template whose add_generation_prompt only appends the assistant header."
+            )
+        return with_header[len(self._text) :]
+
+    def _assistant_parts(self, piece_text: str, reply: str) -> list[tuple[str, int]]:
+        header = self._generation_header()
+        if not piece_text.startswith(header):
+            raise RenderError(
+                f"The chat template writes an assistant message with a header other than its "
+                f"generation prompt ({header!r}), so training and generation would see "
+                "different text: use a template whose generation prompt matches."
+            )
+        body = piece_text[len(header) :]
+        # Templates may trim the reply (Llama 3 does): find the text as the template wrote it.
+        written = reply
+        start = body.find(written)
+        if start < 0:
+            written = reply.strip()
+            start = body.find(written)
+        if start < 0:
+            raise RenderError(
+                "The chat template alters the assistant's text beyond trimming it, so its "
+                "tokens cannot be masked exactly: use a template that writes the content as is."
+            )
+        before, after = body[:start], body[start + len(written) :]
+        end_of_turn = next((s for s in self._template.special if after.startswith(s)), "")
+        after = after[len(end_of_turn) :]
+        # The agent learns its text and the marker that ends its turn (so it learns to stop);
+        # the header, anything the template adds around the text, and what follows are given.
+        return [(header, 0), (before, 0), (written, 1), (end_of_turn, 1), (after, 0)]
+
+    # -- assembling under the budget --------------------------------------------------
+
+    def _kept(self, budget: int | None, extra: int) -> tuple[list[int], int]:
+        """Indices of kept turns and how many were dropped, for `extra` tokens after them."""
+        self._flush()
+        n = len(self._pieces)
+        keep = list(range(n))
+        if budget is None:
+            return keep, 0
+        lengths = [len(p.ids) for p in self._pieces]
+        total = sum(lengths) + extra
+        if total <= budget:
+            return keep, 0
+        head = 0  # leading system turns and the first user turn (the instruction)
+        while head < n and self.turns[head].role != "user":
+            head += 1
+        head = min(head + 1, n)
+        last_agent = max((i for i in range(n) if self.turns[i].role == "assistant"), default=n)
+        # Droppable: (assistant, user) pairs after the head and before the newest agent turn.
+        dropped: set[int] = set()
+        i = head
+        while total > budget and i + 1 < last_agent:
+            if self.turns[i].role == "assistant" and self.turns[i + 1].role == "user":
+                dropped.update((i, i + 1))
+                total -= lengths[i] + lengths[i + 1]
+                i += 2
+            else:
+                i += 1
+        if total > budget:
+            raise ContextTooLongError(
+                f"The instruction and the newest exchange take {total} tokens, more than "
+                f"max_length={budget}: raise max_length or shorten the env's observations."
+            )
+        return [k for k in keep if k not in dropped], len(dropped)
+
+    def render(self, max_length: int | None = None) -> Rendered:
+        kept, dropped = self._kept(max_length, 0)
+        ids: list[int] = []
+        mask: list[int] = []
+        for k in kept:
+            ids.extend(self._pieces[k].ids)
+            mask.extend(self._pieces[k].mask)
+        return Rendered(ids, mask, dropped)
+
+    def prompt_ids(self, max_length: int | None = None) -> list[int]:
+        """Ids of the generation prompt: kept turns, then the assistant header."""
+        if self._header is None:
+            self._header = _encode_many(self.tokenizer, [self._generation_header()])[0]
+        kept, _ = self._kept(max_length, len(self._header))
+        ids: list[int] = []
+        for k in kept:
+            ids.extend(self._pieces[k].ids)
+        ids.extend(self._header)
+        return ids
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+
+def render(trajectory: Trajectory, tokenizer: Any, *, max_length: int | None = None) -> Rendered:
+    """Token ids of a whole trajectory and the mask of the agent's tokens (see module doc)."""
+    return Conversation(tokenizer, trajectory.turns).render(max_length)
+
+
+def render_prompt(
+    turns: Sequence[Turn], tokenizer: Any, *, max_length: int | None = None
+) -> list[int]:
+    """Ids of a generation prompt: the conversation so far and the assistant header."""
+    return Conversation(tokenizer, turns).prompt_ids(max_length)
+
+
+def end_of_turn_ids(tokenizer: Any) -> list[int]:
+    """Token ids that end an assistant turn under this template (for stopping generation)."""
+    conv = Conversation(tokenizer, [Turn("user", "hi"), Turn("assistant", "ok")])
+    conv._flush()
+    piece = conv._pieces[-1]
+    marked = [i for i, m in zip(piece.ids, piece.mask, strict=True) if m]
+    ok_ids = _encode_many(tokenizer, ["ok"])[0]
+    # The reply's own tokens come first in the marked span; what follows is the end of turn.
+    ids = set(marked[len(ok_ids) :])
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if eos is not None:
+        ids.add(int(eos))
+    return sorted(ids)

@@ -1,0 +1,205 @@
+"""Rendering: masks cover exactly the agent's text, pieces add up, budgets drop the oldest."""
+
+from __future__ import annotations
+
+import pytest
+
+from coevo.policy.render import (
+    ContextTooLongError,
+    Conversation,
+    RenderError,
+    end_of_turn_ids,
+    render,
+    render_prompt,
+)
+from coevo.policy.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, train_tokenizer
+from coevo.trajectory import Task, Trajectory, Turn
+
+# Written here in the style of the families' public templates (no downloads).
+LLAMA3_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}"
+    "<|end_header_id|>\n\n{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+QWEN_TEMPLATE = (
+    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful "
+    "assistant.<|im_end|>\n{% endif %}{% for message in messages %}<|im_start|>"
+    "{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+CORPUS = [
+    "Thought: I should search for shoes.\nAction: search[red shoes]",
+    "Observation: [Back to Search] Page 1 (Total results: 3) B0001 Red running shoe $42.00",
+    "You are a shopping assistant. Actions: search[query], click[label]. Café naïve 中文",
+    "assistant user system helpful",
+] * 5
+
+TEMPLATES = {
+    "tiny": dict(special_tokens=SPECIAL_TOKENS, chat_template=CHAT_TEMPLATE, eos_token="<|end|>"),
+    "llama3": dict(
+        special_tokens=(
+            "<|begin_of_text|>",
+            "<|eot_id|>",
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|pad|>",
+        ),
+        chat_template=LLAMA3_TEMPLATE,
+        eos_token="<|eot_id|>",
+    ),
+    "qwen": dict(
+        special_tokens=("<|im_start|>", "<|im_end|>", "<|endoftext|>"),
+        chat_template=QWEN_TEMPLATE,
+        eos_token="<|im_end|>",
+    ),
+}
+END_OF_TURN = {"tiny": "<|end|>", "llama3": "<|eot_id|>", "qwen": "<|im_end|>"}
+
+
+@pytest.fixture(scope="module", params=sorted(TEMPLATES))
+def tokenizer(request):
+    spec = TEMPLATES[request.param]
+    pad = "<|pad|>" if "<|pad|>" in spec["special_tokens"] else "<|endoftext|>"
+    tok = train_tokenizer(CORPUS, vocab_size=400, pad_token=pad, **spec)
+    if request.param == "llama3":
+        tok.bos_token = "<|begin_of_text|>"
+    tok.family = request.param
+    return tok
+
+
+def trajectory(n_exchanges: int = 3) -> Trajectory:
+    task = Task("shop/train/1", "shop", "train", "Buy red shoes.", {})
+    turns = [Turn("user", "You are a shopping assistant.\n\nInstruction: buy red shoes")]
+    replies = [
+        "Thought: I should search.\nAction: search[red shoes]",
+        " Thought: leading space, café 中文 and the word assistant.\nAction: click[B0001]",
+        "Thought: trailing newline\nAction: click[buy now]\n",
+    ]
+    for i in range(n_exchanges):
+        turns.append(Turn("assistant", replies[i % len(replies)] + (f" #{i}" if i >= 3 else "")))
+        turns.append(Turn("user", f"Observation: page {i} with Red running shoe $42.00"))
+    turns.append(Turn("assistant", "Thought: done.\nAction: click[buy now]"))
+    return Trajectory(task, "t", tuple(turns), 1.0, True, False, n_exchanges + 1)
+
+
+def masked_spans(ids: list[int], mask: list[int]) -> list[list[int]]:
+    spans, current = [], []
+    for i, m in zip(ids, mask, strict=True):
+        if m:
+            current.append(i)
+        elif current:
+            spans.append(current)
+            current = []
+    if current:
+        spans.append(current)
+    return spans
+
+
+def expected_agent_text(tok, text: str) -> str:
+    # The Llama-3 template trims message content; the mask covers the text as written.
+    written = text.strip() if tok.family == "llama3" else text
+    return written + END_OF_TURN[tok.family]
+
+
+def test_mask_decodes_to_exactly_the_agent_text(tokenizer):
+    traj = trajectory()
+    out = render(traj, tokenizer)
+    assert len(out.input_ids) == len(out.action_mask)
+    spans = [tokenizer.decode(s) for s in masked_spans(out.input_ids, out.action_mask)]
+    assert spans == [expected_agent_text(tokenizer, t) for t in traj.agent_texts]
+
+
+def test_pieces_add_up_to_the_templated_text(tokenizer):
+    traj = trajectory()
+    messages = [{"role": t.role, "content": t.text} for t in traj.turns]
+    whole = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert tokenizer.decode(render(traj, tokenizer).input_ids) == whole
+
+
+def test_generation_prompts_are_prefixes_of_the_training_ids(tokenizer):
+    traj = trajectory()
+    ids = render(traj, tokenizer).input_ids
+    for k, turn in enumerate(traj.turns):
+        if turn.role != "assistant":
+            continue
+        prompt = render_prompt(traj.turns[:k], tokenizer)
+        assert ids[: len(prompt)] == prompt
+        messages = [{"role": t.role, "content": t.text} for t in traj.turns[:k]]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert tokenizer.decode(prompt) == text
+
+
+def test_incremental_conversation_matches_one_shot_prompts(tokenizer):
+    traj = trajectory()
+    conv = Conversation(tokenizer)
+    for k, turn in enumerate(traj.turns):
+        conv.append(turn)
+        assert conv.prompt_ids() == render_prompt(traj.turns[: k + 1], tokenizer)
+        budget = len(conv.prompt_ids()) - 1
+        try:
+            expected = render_prompt(traj.turns[: k + 1], tokenizer, max_length=budget)
+        except ContextTooLongError:
+            with pytest.raises(ContextTooLongError):
+                conv.prompt_ids(max_length=budget)
+        else:
+            assert conv.prompt_ids(max_length=budget) == expected
+
+
+def test_end_of_turn_ids_name_the_template_marker(tokenizer):
+    marker = tokenizer.convert_tokens_to_ids(END_OF_TURN[tokenizer.family])
+    assert marker in end_of_turn_ids(tokenizer)
+
+
+def test_budget_keeps_instruction_and_drops_oldest_pairs_first(tokenizer):
+    traj = trajectory(n_exchanges=6)
+    full = render(traj, tokenizer)
+    budget = len(full.input_ids) - 1
+    out = render(traj, tokenizer, max_length=budget)
+    assert len(out.input_ids) <= budget
+    assert out.dropped_turns == 2
+    # The oldest exchange (agent turn 1 and its observation) is what went.
+    kept = Trajectory(
+        traj.task, "t", (traj.turns[0], *traj.turns[3:]), 1.0, True, False, traj.steps
+    )
+    assert out.input_ids == render(kept, tokenizer).input_ids
+    spans = [tokenizer.decode(s) for s in masked_spans(out.input_ids, out.action_mask)]
+    assert spans == [expected_agent_text(tokenizer, t) for t in kept.agent_texts]
+
+
+def test_budget_drops_as_many_pairs_as_needed_and_keeps_the_newest(tokenizer):
+    traj = trajectory(n_exchanges=6)
+    minimal = Trajectory(
+        traj.task, "t", (traj.turns[0], traj.turns[-1]), 1.0, True, False, traj.steps
+    )
+    need = len(render(minimal, tokenizer).input_ids)
+    out = render(traj, tokenizer, max_length=need)
+    assert out.dropped_turns == 12
+    assert out.input_ids == render(minimal, tokenizer).input_ids
+    with pytest.raises(ContextTooLongError, match="max_length"):
+        render(traj, tokenizer, max_length=need - 1)
+
+
+def test_prompt_budget_keeps_the_newest_observation(tokenizer):
+    turns = trajectory(n_exchanges=6).turns[:-1]  # ends with an observation
+    full = render_prompt(turns, tokenizer)
+    short = render_prompt(turns, tokenizer, max_length=len(full) - 1)
+    assert len(short) < len(full)
+    assert short == render_prompt((turns[0], *turns[3:]), tokenizer)
+
+
+def test_tokenizer_without_chat_template_gets_a_clear_error():
+    tok = train_tokenizer(CORPUS, vocab_size=300)
+    tok.chat_template = None
+    with pytest.raises(RenderError, match="has no chat template"):
+        render(trajectory(), tok)
+
+
+def test_template_that_rewrites_content_is_refused():
+    tok = train_tokenizer(
+        CORPUS,
+        vocab_size=300,
+        chat_template=CHAT_TEMPLATE.replace("content']", "content'] | upper"),
+    )
+    with pytest.raises(RenderError, match="alters the assistant's text"):
+        render(trajectory(), tok)
