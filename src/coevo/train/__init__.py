@@ -1,0 +1,28 @@
+"""Trainers: SFT on the agent's tokens and weighted multi-turn DPO, on accelerate.
+
+`losses` holds the pure tensor functions, `batches` the examples and padding, `sft` / `dpo`
+the two loops with their configs; `model` and `loop` are the parts both loops share.
+"""
+
+from __future__ import annotations
+
+from coevo.train.batches import DpoExample, Tokens, dpo_examples, sft_examples
+from coevo.train.dpo import DpoConfig, train_dpo
+from coevo.train.loop import TrainResult
+from coevo.train.losses import DpoLoss, dpo_loss, sequence_logps
+from coevo.train.sft import SftConfig, train_sft
+
+__all__ = [
+    "DpoConfig",
+    "DpoExample",
+    "DpoLoss",
+    "SftConfig",
+    "Tokens",
+    "TrainResult",
+    "dpo_examples",
+    "dpo_loss",
+    "sequence_logps",
+    "sft_examples",
+    "train_dpo",
+    "train_sft",
+]

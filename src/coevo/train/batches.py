@@ -1,0 +1,188 @@
+"""Training examples as tensors: SFT and DPO examples, length-bucketed batches, padding.
+
+Examples are rendered sequences (`input_ids` + `action_mask`, as `coevo.policy.render` makes
+them); nothing here needs a tokenizer except the two builders at the bottom.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from coevo.trajectory import Pair, Trajectory
+
+
+class TokenSeq(Protocol):
+    """A rendered sequence: token ids and a mask that is 1 exactly on the agent's tokens."""
+
+    input_ids: Sequence[int]
+    action_mask: Sequence[int]
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A plain TokenSeq, for examples made without the renderer (tests, imported data)."""
+
+    input_ids: tuple[int, ...]
+    action_mask: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DpoExample:
+    """One rendered preference pair with its weights and, once computed, its reference log-probs."""
+
+    chosen: TokenSeq
+    rejected: TokenSeq
+    weight: float = 1.0
+    """w_i of Eq. 9: scales the pair's whole loss (DPO and SFT terms)."""
+    sft_weight: float = 0.0
+    """s_i of Eq. 9: weight of the chosen side's per-token NLL; 0 for plain DPO."""
+    ref_chosen_logp: float | None = None
+    """Reference policy's summed agent-token log-prob of `chosen`."""
+    ref_rejected_logp: float | None = None
+    """Reference policy's summed agent-token log-prob of `rejected`."""
+
+    @property
+    def length(self) -> int:
+        return max(len(self.chosen.input_ids), len(self.rejected.input_ids))
+
+
+def check_seq(seq: TokenSeq, what: str) -> int:
+    """Raise a clear error for a sequence that cannot be trained on; return its agent-token count."""
+    if len(seq.input_ids) != len(seq.action_mask):
+        raise ValueError(
+            f"{what}: input_ids ({len(seq.input_ids)}) and action_mask ({len(seq.action_mask)}) "
+            "differ in length; render it again with coevo.policy.render."
+        )
+    # Position 0 is never predicted (nothing comes before it), so it cannot count.
+    n = sum(1 for m in seq.action_mask[1:] if m)
+    if n == 0:
+        raise ValueError(
+            f"{what} has no agent tokens to train on (all were cut or masked); raise max_length "
+            "or drop the trajectory before training."
+        )
+    return n
+
+
+def pad(seqs: Sequence[TokenSeq]) -> dict[str, torch.Tensor]:
+    """Right-pad to the longest sequence of this batch only (never to a global maximum).
+
+    -> input_ids, attention_mask, action_mask: (batch, longest). Pad ids are 0: they sit after
+    every real token, so causal attention never lets a real token see them, and both masks
+    are 0 there.
+    """
+    longest = max(len(s.input_ids) for s in seqs)
+    ids = torch.zeros(len(seqs), longest, dtype=torch.long)
+    attention = torch.zeros(len(seqs), longest, dtype=torch.long)
+    action = torch.zeros(len(seqs), longest, dtype=torch.long)
+    for row, s in enumerate(seqs):
+        n = len(s.input_ids)
+        ids[row, :n] = torch.as_tensor(s.input_ids, dtype=torch.long)
+        attention[row, :n] = 1
+        action[row, :n] = torch.as_tensor(s.action_mask, dtype=torch.long)
+    return {"input_ids": ids, "attention_mask": attention, "action_mask": action}
+
+
+def collate_sft(examples: Sequence[TokenSeq]) -> dict[str, torch.Tensor]:
+    """A batch of SFT sequences: (batch, longest) tensors."""
+    return pad(examples)
+
+
+def collate_dpo(examples: Sequence[DpoExample]) -> dict[str, torch.Tensor]:
+    """A batch of pairs as ONE (2 * pairs, longest) batch: chosen rows first, then rejected.
+
+    Both sides share one forward pass. Per-pair fields are (pairs,); missing reference
+    log-probs are NaN (the loop then uses a live reference model).
+    """
+    batch = pad([e.chosen for e in examples] + [e.rejected for e in examples])
+    nan = float("nan")
+    batch["weight"] = torch.tensor([e.weight for e in examples], dtype=torch.float32)
+    batch["sft_weight"] = torch.tensor([e.sft_weight for e in examples], dtype=torch.float32)
+    batch["ref_chosen"] = torch.tensor(
+        [nan if e.ref_chosen_logp is None else e.ref_chosen_logp for e in examples]
+    )
+    batch["ref_rejected"] = torch.tensor(
+        [nan if e.ref_rejected_logp is None else e.ref_rejected_logp for e in examples]
+    )
+    return batch
+
+
+class LengthBatches:
+    """Batches of indices grouped by length, in a fixed order per (seed, epoch): a batch sampler.
+
+    Indices are shuffled, cut into chunks of `batch_size * 16`, sorted by length inside each
+    chunk and cut into batches, and the batches are shuffled: sequences of a batch have
+    similar lengths (little padding) while each epoch still mixes the data. `epoch` and
+    `skip` (batches to leave out at the start, for resuming) are set by the loop before
+    iterating; the order depends on nothing else, which is what makes resume exact.
+    """
+
+    def __init__(
+        self, lengths: Sequence[int], batch_size: int, *, seed: int, shuffle: bool = True
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        self.lengths = list(lengths)
+        self.batch_size = None  # tells accelerate's sharding that batch sizes may vary
+        self.size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.drop_last = False
+        self.epoch = 0
+        self.skip = 0
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """Every batch of `epoch`, in order."""
+        order = list(range(len(self.lengths)))
+        if not self.shuffle:
+            order.sort(key=lambda i: self.lengths[i])
+            return [order[i : i + self.size] for i in range(0, len(order), self.size)]
+        rng = random.Random(self.seed * 1_000_003 + epoch)
+        rng.shuffle(order)
+        chunk = self.size * 16
+        out: list[list[int]] = []
+        for start in range(0, len(order), chunk):
+            part = sorted(order[start : start + chunk], key=lambda i: self.lengths[i])
+            out.extend(part[i : i + self.size] for i in range(0, len(part), self.size))
+        rng.shuffle(out)
+        return out
+
+    def __len__(self) -> int:
+        return max(0, -(-len(self.lengths) // self.size) - self.skip)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from self.batches(self.epoch)[self.skip :]
+
+
+def sft_examples(
+    trajectories: Iterable[Trajectory], tokenizer: Any, *, max_length: int | None = None
+) -> list[TokenSeq]:
+    """Render trajectories for SFT; a trajectory left with no agent tokens is an error, not a skip."""
+    from coevo.policy.render import render
+
+    out = []
+    for t in trajectories:
+        r = render(t, tokenizer, max_length=max_length)
+        check_seq(r, f"Trajectory of task {t.task.id!r} (agent {t.agent!r})")
+        out.append(r)
+    return out
+
+
+def dpo_examples(
+    pairs: Iterable[Pair], tokenizer: Any, *, max_length: int | None = None
+) -> list[DpoExample]:
+    """Render pairs for DPO, carrying each pair's weight and SFT weight."""
+    from coevo.policy.render import render
+
+    out = []
+    for p in pairs:
+        chosen = render(p.chosen, tokenizer, max_length=max_length)
+        rejected = render(p.rejected, tokenizer, max_length=max_length)
+        check_seq(chosen, f"Chosen side of a {p.kind!r} pair on task {p.task.id!r}")
+        check_seq(rejected, f"Rejected side of a {p.kind!r} pair on task {p.task.id!r}")
+        out.append(DpoExample(chosen, rejected, weight=p.weight, sft_weight=p.sft_weight))
+    return out

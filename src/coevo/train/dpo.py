@@ -1,0 +1,332 @@
+"""Weighted multi-turn DPO (Eq. 7) with the per-pair SFT term of Eq. 9, on accelerate.
+
+    result = train_dpo(model_or_path, dpo_examples(pairs, tok), DpoConfig(output_dir=...))
+
+Chosen and rejected sides go through the model in one concatenated forward pass. The
+reference log-probs are computed once, before the first step, over the whole pair set (with the
+model as it is then: the policy at the iteration's start), kept on the examples and written to
+`output_dir/reference_logps.json`, so no second model sits in memory and a resumed run uses the
+same reference. `reference="live"` keeps a frozen copy instead (with LoRA: the base model with
+adapters switched off, which costs no memory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from array import array
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import gather_object, set_seed
+from torch.utils.data import DataLoader
+
+from coevo.train.batches import DpoExample, LengthBatches, check_seq, collate_dpo
+from coevo.train.loop import (
+    Meter,
+    RunDir,
+    TrainResult,
+    finish,
+    global_sum,
+    lr_factor,
+    make_accelerator,
+    make_optimizer,
+    progress_bar,
+    sync_unless,
+    windows,
+)
+from coevo.train.losses import dpo_loss
+from coevo.train.model import AgentLogps, add_lora, frozen_copy, is_lora, load_model
+from coevo.train.sft import LLAMA_LINEAR
+
+REFERENCE_FILE = "reference_logps.json"
+
+
+@dataclass(frozen=True)
+class DpoConfig:
+    """Settings of one DPO run (defaults: ETO / the paper's preference phases)."""
+
+    output_dir: str = "runs/dpo"
+    """Checkpoints, reference log-probs, `metrics.jsonl` and the final `model/` go here."""
+    beta: float = 0.1
+    """DPO temperature: how far the policy may move from the reference (paper: 0.1 to 0.5)."""
+    lambda_dpo: float = 1.0
+    """Weight of the DPO term of Eq. 9; the SFT weight is per pair (`Pair.sft_weight`)."""
+    reference: str = "precomputed"
+    """`precomputed` (once, before training, stored with the pairs) or `live` (a frozen copy)."""
+    epochs: int = 3
+    """Passes over the pairs."""
+    batch_size: int = 4
+    """Pairs per micro-batch per process (the forward pass holds twice as many sequences)."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step; the step's batch is batch_size * grad_accum * GPUs."""
+    lr: float = 1e-6
+    """Peak AdamW learning rate (paper: 1e-6, later iterations 5e-7)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_ratio: float = 0.1
+    """Share of the steps spent in linear warm-up."""
+    schedule: str = "constant"
+    """After warm-up: `constant`, `cosine` or `linear`."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm; 0 disables it."""
+    mixed_precision: str = "auto"
+    """`auto` (bf16 on a GPU that has it, else off), `no`, `bf16` or `fp16`."""
+    seed: int = 0
+    """Seeds the data order and every RNG."""
+    save_every: int = 200
+    """Checkpoint every this many steps; one is always written at the end."""
+    save_total_limit: int = 2
+    """Checkpoints kept (oldest deleted first)."""
+    resume: bool = True
+    """Continue from the latest checkpoint in output_dir when there is one."""
+    stop_after_steps: int | None = None
+    """End the run after this optimizer step with a checkpoint, as if cut off; the schedule
+    still spans all epochs, so a later run with the same output_dir finishes the job."""
+    lora_r: int = 0
+    """LoRA rank; 0 trains every weight."""
+    lora_alpha: int = 16
+    """LoRA scaling numerator (scale = alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA input."""
+    lora_target_modules: tuple[str, ...] = field(default=LLAMA_LINEAR)
+    """Names of the linear layers that get adapters (`["all-linear"]` for all of them)."""
+    save_final_model: bool = True
+    """Write the trained (LoRA-merged) model to output_dir/model."""
+    progress: bool = True
+    """Show a rich progress bar."""
+
+    def validate(self) -> None:
+        for name in ("epochs", "batch_size", "grad_accum", "save_every", "save_total_limit"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DpoConfig.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.beta <= 0:
+            raise ValueError(f"DpoConfig.beta must be > 0, got {self.beta}.")
+        if self.reference not in ("precomputed", "live"):
+            raise ValueError(
+                f"DpoConfig.reference must be 'precomputed' or 'live', got {self.reference!r}."
+            )
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"DpoConfig.warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
+
+
+def train_dpo(
+    model: Any,
+    examples: Sequence[DpoExample],
+    config: DpoConfig,
+    *,
+    tokenizer: Any = None,
+) -> TrainResult:
+    """Train `model` (an HF causal LM or its directory) on preference pairs with Eq. 9."""
+    config.validate()
+    if not examples:
+        raise ValueError("train_dpo got no pairs; build some with coevo.pairs first.")
+    for i, e in enumerate(examples):
+        check_seq(e.chosen, f"Chosen side of pair {i}")
+        check_seq(e.rejected, f"Rejected side of pair {i}")
+    accelerator = make_accelerator(config.mixed_precision)
+    set_seed(config.seed)
+
+    model = load_model(model)
+    live = config.reference == "live"
+    # Without LoRA a live reference is a frozen copy made before any update; with LoRA the
+    # base model itself is the reference (adapters off), so nothing is copied.
+    ref_net = AgentLogps(frozen_copy(model)) if live and config.lora_r == 0 else None
+    if config.lora_r > 0:
+        model = add_lora(
+            model,
+            r=config.lora_r,
+            alpha=config.lora_alpha,
+            dropout=config.lora_dropout,
+            target_modules=config.lora_target_modules,
+        )
+    net = AgentLogps(model)
+    optimizer = make_optimizer(net, config.lr, config.weight_decay)
+    net, optimizer = accelerator.prepare(net, optimizer)
+    if ref_net is not None:
+        ref_net = ref_net.to(accelerator.device)
+
+    run = RunDir(config.output_dir, accelerator, config.save_total_limit)
+    if not live:
+        # Before resume: the reference is the model as given, never a half-trained one.
+        examples = reference_logps(net, examples, config, accelerator, run.root)
+
+    sampler = LengthBatches([e.length for e in examples], config.batch_size, seed=config.seed)
+    loader = accelerator.prepare(
+        DataLoader(list(examples), batch_sampler=sampler, collate_fn=collate_dpo)
+    )
+    steps_per_epoch = math.ceil(len(loader) / config.grad_accum)
+    total_steps = steps_per_epoch * config.epochs
+    schedule = lr_factor(config.schedule, round(config.warmup_ratio * total_steps), total_steps)
+    scheduler = accelerator.prepare(torch.optim.lr_scheduler.LambdaLR(optimizer, schedule))
+
+    step = run.resume() if config.resume else run.reset()
+    last = (
+        total_steps
+        if config.stop_after_steps is None
+        else min(total_steps, config.stop_after_steps)
+    )
+    meter = Meter()
+    with progress_bar(accelerator, config.progress) as bar:
+        task = bar.add_task("dpo", total=total_steps, completed=step, info="")
+        while step < last:
+            epoch = step // steps_per_epoch
+            sampler.epoch = epoch
+            done = (step - epoch * steps_per_epoch) * config.grad_accum
+            sampler.skip = done * accelerator.num_processes
+            net.train()
+            for window in windows(loader, config.grad_accum):
+                pairs = global_sum(accelerator, sum(len(b["weight"]) for b in window))
+                sums: dict[str, float] = {}
+                for i, batch in enumerate(window):
+                    with sync_unless(accelerator, net, i < len(window) - 1):
+                        logps, tokens = net(
+                            batch["input_ids"], batch["attention_mask"], batch["action_mask"]
+                        )  # (2 * pairs,): chosen rows, then rejected rows
+                        chosen, rejected = logps.chunk(2)
+                        if live:
+                            ref_chosen, ref_rejected = live_reference(
+                                accelerator, net, ref_net, batch
+                            )
+                        else:
+                            ref_chosen, ref_rejected = batch["ref_chosen"], batch["ref_rejected"]
+                        out = dpo_loss(
+                            chosen,
+                            rejected,
+                            ref_chosen,
+                            ref_rejected,
+                            beta=config.beta,
+                            weights=batch["weight"],
+                            sft_weights=batch["sft_weight"],
+                            chosen_tokens=tokens.chunk(2)[0],
+                            lambda_dpo=config.lambda_dpo,
+                        )
+                        # Mean over the window's pairs on all processes (DDP averages over
+                        # processes, * num_processes undoes it): see losses.py.
+                        accelerator.backward(out.per_pair.sum() * accelerator.num_processes / pairs)
+                    n = len(chosen)
+                    for k, v in out.metrics().items():
+                        sums[k] = sums.get(k, 0.0) + float(v) * n
+                    sums["tokens"] = sums.get("tokens", 0.0) + float(batch["attention_mask"].sum())
+                grad_norm = (
+                    accelerator.clip_grad_norm_(net.parameters(), config.max_grad_norm)
+                    if config.max_grad_norm > 0
+                    else torch.tensor(float("nan"))
+                )
+                lr = scheduler.get_last_lr()[0]  # the rate this step used
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                tokens_seen = global_sum(accelerator, sums.pop("tokens"))
+                record: dict[str, Any] = {"step": step, "epoch": epoch}
+                record.update({k: global_sum(accelerator, v) / pairs for k, v in sums.items()})
+                record.update(
+                    lr=lr, grad_norm=float(grad_norm), tokens_per_s=meter.rate(int(tokens_seen))
+                )
+                run.log(record)
+                bar.update(
+                    task,
+                    completed=step,
+                    info=f"loss {record['loss']:.4f} acc {record['reward_accuracy']:.2f}",
+                )
+                end_of_epoch = step % steps_per_epoch == 0
+                if step % config.save_every == 0 or step == last:
+                    run.save(step, epoch)
+                if step >= last or end_of_epoch:
+                    break
+
+    return finish(accelerator, net, run, step, total_steps, config, tokenizer)
+
+
+@torch.no_grad()
+def live_reference(
+    accelerator: Accelerator, net: Any, ref_net: Any, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference log-probs of a batch from the frozen copy, or from the base model under LoRA."""
+    args = (batch["input_ids"], batch["attention_mask"], batch["action_mask"])
+    if ref_net is not None:
+        with accelerator.autocast():
+            logps, _ = ref_net(*args)
+        return logps.chunk(2)
+    inner = accelerator.unwrap_model(net).model
+    with inner.disable_adapter() if is_lora(inner) else nullcontext():
+        logps, _ = net(*args)
+    return logps.chunk(2)
+
+
+def fingerprint(examples: Sequence[DpoExample]) -> str:
+    """A hash of the pairs' tokens and masks: which pair set stored reference log-probs belong to."""
+    h = hashlib.sha256()
+    for e in examples:
+        for seq in (e.chosen, e.rejected):
+            h.update(array("q", seq.input_ids).tobytes())
+            h.update(array("b", seq.action_mask).tobytes())
+    return h.hexdigest()
+
+
+@torch.no_grad()
+def reference_logps(
+    net: Any,
+    examples: Sequence[DpoExample],
+    config: DpoConfig,
+    accelerator: Accelerator,
+    out_dir: Path,
+) -> list[DpoExample]:
+    """Examples with their reference log-probs: as given, as stored by the run being resumed,
+    or computed now.
+
+    Computed in one pass over the pairs (length-sorted, each process its share), with the
+    model in eval mode, then written to out_dir so that a resumed run reuses them.
+    """
+    if all(e.ref_chosen_logp is not None and e.ref_rejected_logp is not None for e in examples):
+        return list(examples)
+    path = out_dir / REFERENCE_FILE
+    key = fingerprint(examples)
+    if config.resume and any((out_dir / "checkpoints").glob("step-*")):
+        # The model is already part-trained: only the stored reference is the right one.
+        stored = json.loads(path.read_text()) if path.exists() else {}
+        if stored.get("fingerprint") != key:
+            raise ValueError(
+                f"{out_dir} holds a DPO run on other pairs (or lost {REFERENCE_FILE}); use a "
+                "new output_dir, or resume=False to start over there."
+            )
+        return [
+            replace(e, ref_chosen_logp=c, ref_rejected_logp=r)
+            for e, c, r in zip(examples, stored["chosen"], stored["rejected"], strict=True)
+        ]
+    net.eval()
+    order = LengthBatches([e.length for e in examples], config.batch_size, seed=0, shuffle=False)
+    mine = order.batches(0)[accelerator.process_index :: accelerator.num_processes]
+    found: list[tuple[int, float, float]] = []
+    with progress_bar(accelerator, config.progress) as bar:
+        task = bar.add_task("reference log-probs", total=len(mine), info="")
+        for idx in mine:
+            batch = collate_dpo([examples[i] for i in idx])
+            logps, _ = net(
+                batch["input_ids"].to(accelerator.device),
+                batch["attention_mask"].to(accelerator.device),
+                batch["action_mask"].to(accelerator.device),
+            )
+            chosen, rejected = logps.float().cpu().chunk(2)
+            found.extend(zip(idx, chosen.tolist(), rejected.tolist(), strict=True))
+            bar.advance(task)
+    found = sorted(gather_object(found))
+    chosen_all = [c for _, c, _ in found]
+    rejected_all = [r for _, _, r in found]
+    if accelerator.is_main_process:
+        record = {"fingerprint": key, "chosen": chosen_all, "rejected": rejected_all}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(path)
+    accelerator.wait_for_everyone()
+    return [
+        replace(e, ref_chosen_logp=c, ref_rejected_logp=r)
+        for e, c, r in zip(examples, chosen_all, rejected_all, strict=True)
+    ]

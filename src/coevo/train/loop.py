@@ -1,0 +1,235 @@
+"""What the SFT and DPO loops share: accelerator, optimizer and schedule, windows of
+micro-batches, checkpoints with resume, the metrics history and the progress bar.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from torch import nn
+
+from coevo.train.model import finish_model, mixed_precision, save_model
+
+SCHEDULES = ("cosine", "constant", "linear")
+
+
+def make_accelerator(precision: str) -> Accelerator:
+    """One Accelerator per run; gradient accumulation is done by the loop (see `windows`)."""
+    # step_scheduler_with_optimizer=False: the schedule is counted in this process's
+    # optimizer steps, so it reads the same on 1 or 8 GPUs.
+    return Accelerator(
+        mixed_precision=mixed_precision(precision), step_scheduler_with_optimizer=False
+    )
+
+
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters only (with LoRA: the adapters)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("The model has no trainable parameters; check the LoRA settings.")
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
+def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """Multiplier of the base learning rate at each step: linear warm-up, then the schedule."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}.")
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        # Clamped so that rounding of the step count never restarts the cosine.
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        if schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        if schedule == "linear":
+            return 1.0 - progress
+        return 1.0
+
+    return factor
+
+
+def windows(batches: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """Group micro-batches into optimizer steps of `size` (the last may be shorter).
+
+    The loop needs the whole window before its first backward: the loss is divided by the
+    window's total count (tokens or pairs, over all processes), so that accumulation gives
+    exactly the gradient of one big batch.
+    """
+    window: list[Any] = []
+    for batch in batches:
+        window.append(batch)
+        if len(window) == size:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+def sync_unless(accelerator: Accelerator, model: nn.Module, accumulating: bool) -> Any:
+    """Skip the gradient all-reduce on all but the last micro-batch of a window."""
+    return accelerator.no_sync(model) if accumulating else nullcontext()
+
+
+def global_sum(accelerator: Accelerator, value: float | int) -> float:
+    """Sum of a number over all processes."""
+    t = torch.tensor(float(value), device=accelerator.device)
+    return float(accelerator.reduce(t, reduction="sum"))
+
+
+class RunDir:
+    """An output directory: checkpoints (`checkpoints/step-N`) and `metrics.jsonl`."""
+
+    def __init__(self, out_dir: str | Path, accelerator: Accelerator, keep: int) -> None:
+        self.root = Path(out_dir)
+        self.accelerator = accelerator
+        self.keep = max(1, keep)
+        self.metrics_path = self.root / "metrics.jsonl"
+        self.history: list[dict[str, Any]] = []
+        if accelerator.is_main_process:
+            (self.root / "checkpoints").mkdir(parents=True, exist_ok=True)
+        accelerator.wait_for_everyone()
+
+    def checkpoints(self) -> list[tuple[int, Path]]:
+        found = []
+        for p in (self.root / "checkpoints").glob("step-*"):
+            if p.is_dir() and p.name[5:].isdigit() and (p / "trainer_state.json").exists():
+                found.append((int(p.name[5:]), p))
+        return sorted(found)
+
+    def resume(self) -> int:
+        """Load the latest checkpoint if there is one; return its step (0 for a fresh start).
+
+        The metrics history is cut back to that step, so a resumed run's history reads as
+        if it had never stopped.
+        """
+        found = self.checkpoints()
+        step = 0
+        if found:
+            step, path = found[-1]
+            self.accelerator.load_state(str(path))
+        old = []
+        if self.metrics_path.exists():
+            with self.metrics_path.open() as f:
+                old = [json.loads(line) for line in f if line.strip()]
+        self.history = [r for r in old if r.get("step", 0) <= step]
+        if self.accelerator.is_main_process:
+            with self.metrics_path.open("w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in self.history)
+        return step
+
+    def reset(self) -> int:
+        """Start over: forget the checkpoints and history of an earlier run in this directory."""
+        if self.accelerator.is_main_process:
+            shutil.rmtree(self.root / "checkpoints", ignore_errors=True)
+            (self.root / "checkpoints").mkdir(parents=True)
+            self.metrics_path.unlink(missing_ok=True)
+        self.accelerator.wait_for_everyone()
+        self.history = []
+        return 0
+
+    def log(self, record: dict[str, Any]) -> None:
+        self.history.append(record)
+        if self.accelerator.is_main_process:
+            with self.metrics_path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def save(self, step: int, epoch: int) -> None:
+        """Model, optimizer, scheduler, RNG states and the step, written atomically."""
+        final = self.root / "checkpoints" / f"step-{step}"
+        if final.exists():
+            return
+        tmp = final.with_name(final.name + ".tmp")
+        if self.accelerator.is_main_process and tmp.exists():
+            shutil.rmtree(tmp)
+        self.accelerator.wait_for_everyone()
+        self.accelerator.save_state(str(tmp))
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "epoch": epoch}))
+            # A rename is atomic: a run killed mid-save leaves only a .tmp that is ignored.
+            tmp.rename(final)
+            for _, old in self.checkpoints()[: -self.keep]:
+                shutil.rmtree(old, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+
+
+def progress_bar(accelerator: Accelerator, enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        disable=not (enabled and accelerator.is_main_process),
+    )
+
+
+class Meter:
+    """Tokens per second between two log points."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.tokens = 0
+
+    def rate(self, tokens: int) -> float:
+        self.tokens += tokens
+        now = time.perf_counter()
+        rate = self.tokens / max(now - self.start, 1e-9)
+        self.start, self.tokens = now, 0
+        return rate
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a training run hands back."""
+
+    model: Any
+    """The trained model (LoRA merged once the run is complete), unwrapped."""
+    history: list[dict[str, Any]]
+    """Every logged record, as in output_dir/metrics.jsonl."""
+    step: int
+    """Optimizer steps done in total (across resumes)."""
+    output_dir: Path
+
+
+def finish(
+    accelerator: Accelerator,
+    net: nn.Module,
+    run: RunDir,
+    step: int,
+    total_steps: int,
+    config: Any,
+    tokenizer: Any,
+) -> TrainResult:
+    """Hand back the unwrapped model; once the run is complete, merge LoRA and save it."""
+    accelerator.wait_for_everyone()
+    model = accelerator.unwrap_model(net).model
+    if step >= total_steps:
+        model = finish_model(model)
+        if config.save_final_model and accelerator.is_main_process:
+            out = run.root / "model"
+            save_model(model, out, tokenizer)
+            config_json = json.dumps(asdict(config), indent=2, default=list)
+            (out / "train_config.json").write_text(config_json)
+    accelerator.wait_for_everyone()
+    return TrainResult(model=model, history=list(run.history), step=step, output_dir=run.root)

@@ -1,0 +1,143 @@
+"""Pure tensor losses of the trainers: sequence log-probs, agent-token NLL, weighted DPO + SFT.
+
+No models, no files: tensors in, tensors out, so every number here can be checked by hand.
+
+How a batch is normalised (the same rule in SFT, DPO and the loops' gradient accumulation):
+
+- SFT (Eq. 5): the NLL is summed over agent tokens and divided by the number of agent tokens in
+  the whole optimizer step (all micro-batches, all processes). Per token, not per sequence,
+  because trajectories differ in length by 10x and a per-sequence sum would make the learning
+  rate depend on episode length; this is also what ETO's SFT (labels = -100 elsewhere) does.
+- DPO (Eq. 7 and 9): each pair i contributes
+      loss_i = w_i * (lambda_dpo * dpo_i + s_i * nll_i)
+  with w_i the pair's `weight`, s_i its `sft_weight` and nll_i the chosen trajectory's NLL per
+  agent token. The step's loss is sum_i loss_i / (number of pairs), a plain mean over pairs, not
+  over weights: dividing by sum(w) would scale a batch of half-weight pairs back up and undo the
+  paper's "expert pairs of one instruction share a total weight of 1.0".
+  w_i scales the SFT term too, so an expert trajectory that is the chosen side of two pairs
+  of weight 0.5 is imitated once per instruction, not twice. nll_i is per token because
+  lambda_SFT = 0.1 is set against a DPO term of order log 2: a summed NLL over hundreds of
+  tokens would swamp it (TRL's "sft" loss type is per token for the same reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+def token_logps(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Log-probability of each label under its row of logits, in float32.
+
+    logits: (..., vocab); labels: (...) -> (...)
+    """
+    logits = logits.float()
+    picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    # logsumexp instead of log_softmax: it never materialises a second (..., vocab) tensor.
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def sequence_logps(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-sequence log-prob summed over the tokens where `mask` is 1.
+
+    logits: (batch, seq, vocab) from the model on `labels`; labels: (batch, seq) the input ids;
+    mask: (batch, seq), 1 on the tokens to score (the agent's). -> (batch,)
+    The logits at position t predict token t + 1, so the first token is never scored and the
+    last logits row predicts nothing.
+    """
+    if logits.shape[:2] != labels.shape or labels.shape != mask.shape:
+        raise ValueError(
+            f"sequence_logps needs logits (batch, seq, vocab) and labels/mask (batch, seq), got "
+            f"{tuple(logits.shape)}, {tuple(labels.shape)} and {tuple(mask.shape)}."
+        )
+    target_mask = mask[:, 1:].to(torch.bool)  # (batch, seq - 1)
+    # Masked positions are replaced, not just multiplied by 0, so that a -inf there cannot
+    # turn into NaN (0 * -inf) and their gradient is exactly zero.
+    per_token = token_logps(logits[:, :-1], labels[:, 1:])  # (batch, seq - 1)
+    return torch.where(target_mask, per_token, 0.0).sum(-1)
+
+
+@dataclass(frozen=True)
+class DpoLoss:
+    """The weighted DPO + SFT objective of a batch of pairs, with the numbers users watch."""
+
+    loss: torch.Tensor
+    """() mean of `per_pair` over the batch: what to backpropagate."""
+    per_pair: torch.Tensor
+    """(pairs,) w_i * (lambda_dpo * dpo_i + s_i * nll_i)."""
+    dpo: torch.Tensor
+    """(pairs,) unweighted sigmoid DPO loss -log sigmoid(beta * margin)."""
+    nll: torch.Tensor
+    """(pairs,) chosen NLL per agent token."""
+    chosen_rewards: torch.Tensor
+    """(pairs,) beta * (log pi(chosen) - log ref(chosen)), detached."""
+    rejected_rewards: torch.Tensor
+    """(pairs,) beta * (log pi(rejected) - log ref(rejected)), detached."""
+    chosen_logps: torch.Tensor
+    """(pairs,) the policy's summed log-probs of the chosen side, detached."""
+    rejected_logps: torch.Tensor
+    """(pairs,) the policy's summed log-probs of the rejected side, detached."""
+
+    def metrics(self) -> dict[str, torch.Tensor]:
+        """Batch means of what users watch (detached scalars): accuracy, margin, rewards."""
+        margins = self.chosen_rewards - self.rejected_rewards
+        return {
+            "loss": self.loss.detach(),
+            "dpo_loss": self.dpo.detach().mean(),
+            "sft_nll": self.nll.detach().mean(),
+            "reward_accuracy": (margins > 0).float().mean(),
+            "reward_margin": margins.mean(),
+            "reward_chosen": self.chosen_rewards.mean(),
+            "reward_rejected": self.rejected_rewards.mean(),
+            "logps_chosen": self.chosen_logps.mean(),
+            "logps_rejected": self.rejected_logps.mean(),
+        }
+
+
+def dpo_loss(
+    chosen_logps: torch.Tensor,
+    rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    *,
+    beta: float,
+    weights: torch.Tensor | None = None,
+    sft_weights: torch.Tensor | None = None,
+    chosen_tokens: torch.Tensor | None = None,
+    lambda_dpo: float = 1.0,
+) -> DpoLoss:
+    """Sigmoid DPO (Eq. 7) with per-pair weights and the per-pair SFT term of Eq. 9.
+
+    All inputs are (pairs,): summed agent-token log-probs of the policy and the reference;
+    `weights` w_i (default 1), `sft_weights` s_i (default 0), `chosen_tokens` the number of
+    agent tokens of each chosen trajectory (needed when any s_i > 0).
+    With w = 1 and s = 0 this is exactly plain DPO averaged over the batch.
+    """
+    if beta <= 0:
+        raise ValueError(f"DPO beta must be > 0, got {beta}; the paper uses 0.1 to 0.5.")
+    ones = torch.ones_like(chosen_logps)
+    weights = ones if weights is None else weights.to(chosen_logps)
+    chosen_ratio = chosen_logps - ref_chosen_logps  # (pairs,)
+    rejected_ratio = rejected_logps - ref_rejected_logps
+    dpo = -F.logsigmoid(beta * (chosen_ratio - rejected_ratio))
+    if sft_weights is None or not bool((sft_weights != 0).any()):
+        nll = torch.zeros_like(chosen_logps)
+        sft_term = nll
+    else:
+        if chosen_tokens is None:
+            raise ValueError("dpo_loss needs chosen_tokens when sft_weights are non-zero.")
+        nll = -chosen_logps / chosen_tokens.to(chosen_logps).clamp(min=1)
+        sft_term = sft_weights.to(chosen_logps) * nll
+    per_pair = weights * (lambda_dpo * dpo + sft_term)
+    return DpoLoss(
+        loss=per_pair.mean(),
+        per_pair=per_pair,
+        dpo=dpo,
+        nll=nll,
+        chosen_rewards=beta * chosen_ratio.detach(),
+        rejected_rewards=beta * rejected_ratio.detach(),
+        chosen_logps=chosen_logps.detach(),
+        rejected_logps=rejected_logps.detach(),
+    )

@@ -1,0 +1,140 @@
+"""The trainable model: LoRA wrapping, the agent-token log-prob forward, the merged save.
+
+`AgentLogps` is the module the loops hand to `accelerator.prepare`: its forward runs the
+decoder, keeps the hidden states of the positions that predict agent tokens and applies the
+LM head to those rows only. Observations are most of a multi-turn trajectory, so this skips
+most of the (tokens, vocab) logits a plain forward would build, in time and in memory.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from coevo.train.losses import sequence_logps, token_logps
+
+# Config fields that make the LM head more than a linear layer; such models take the plain path.
+_HEAD_EXTRAS = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
+
+
+def load_model(model: Any) -> nn.Module:
+    """A causal LM from a model object or a local directory."""
+    if isinstance(model, str | Path):
+        from transformers import AutoModelForCausalLM
+
+        path = Path(model)
+        if not path.exists():
+            raise FileNotFoundError(
+                f"Model directory {str(path)!r} does not exist; run `coevo model init` or give "
+                "the path of a saved checkpoint."
+            )
+        return AutoModelForCausalLM.from_pretrained(path)
+    return model
+
+
+def add_lora(
+    model: nn.Module, *, r: int, alpha: int, dropout: float, target_modules: tuple[str, ...]
+) -> nn.Module:
+    """Wrap `model` in fresh LoRA adapters (PEFT); only the adapters stay trainable."""
+    from peft import LoraConfig, get_peft_model
+
+    names = list(target_modules)
+    targets: str | list[str] = "all-linear" if names == ["all-linear"] else names
+    try:
+        return get_peft_model(
+            model,
+            LoraConfig(
+                r=r,
+                lora_alpha=alpha,
+                lora_dropout=dropout,
+                target_modules=targets,
+                task_type="CAUSAL_LM",
+            ),
+        )
+    except ValueError as e:
+        raise ValueError(
+            f"LoRA target modules {names} do not match this model ({e}); set "
+            "lora_target_modules to names of its linear layers, e.g. ['q_proj', 'v_proj']."
+        ) from None
+
+
+def is_lora(model: nn.Module) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "merge_and_unload")
+
+
+class AgentLogps(nn.Module):
+    """A causal LM whose forward returns summed agent-token log-probs per sequence."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        base = model.get_base_model() if is_lora(model) else model
+        config = getattr(base, "config", None)
+        plain_head = not any(getattr(config, k, None) for k in _HEAD_EXTRAS)
+        self._fast = (
+            plain_head and hasattr(base, "get_decoder") and hasattr(base, "get_output_embeddings")
+        )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        action_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """input_ids, attention_mask, action_mask: (batch, seq) -> logps (batch,), tokens (batch,).
+
+        Same numbers as `sequence_logps(model(input_ids).logits, input_ids, action_mask)`.
+        """
+        target = action_mask[:, 1:].to(torch.bool)  # (batch, seq - 1): token t + 1 is scored
+        tokens = target.sum(-1)
+        if not self._fast:
+            logits = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+            ).logits
+            return sequence_logps(logits, input_ids, action_mask), tokens
+        base = self.model.get_base_model() if is_lora(self.model) else self.model
+        hidden = base.get_decoder()(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state  # (batch, seq, hidden)
+        picked = hidden[:, :-1][target]  # (agent tokens, hidden)
+        labels = input_ids[:, 1:][target]  # (agent tokens,)
+        logps = token_logps(base.get_output_embeddings()(picked), labels)  # (agent tokens,)
+        rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+        rows = rows.unsqueeze(1).expand_as(target)[target]  # (agent tokens,) sequence of each
+        per_seq = torch.zeros(input_ids.shape[0], device=logps.device, dtype=logps.dtype)
+        return per_seq.index_add(0, rows, logps), tokens
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """A detached, frozen copy of `model` to serve as a live DPO reference."""
+    ref = copy.deepcopy(model).eval()
+    ref.requires_grad_(False)
+    return ref
+
+
+def finish_model(model: nn.Module) -> nn.Module:
+    """The plain model to hand back and save: LoRA adapters merged into the base weights."""
+    return model.merge_and_unload() if is_lora(model) else model
+
+
+def save_model(model: nn.Module, out_dir: Path, tokenizer: Any = None) -> None:
+    """Write a loadable Hugging Face directory (`from_pretrained(out_dir)`)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out_dir)
+
+
+def mixed_precision(choice: str) -> str:
+    """Resolve `auto`: bf16 on a GPU that has it; otherwise none (CPU bf16 autocast is slow)."""
+    if choice not in ("auto", "no", "bf16", "fp16"):
+        raise ValueError(f"mixed_precision must be auto, no, bf16 or fp16, got {choice!r}.")
+    if choice != "auto":
+        return choice
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16"
+    return "no"
