@@ -5,7 +5,10 @@ and row order inside a tuple matters. For predicted rows P and gold rows G as mu
 
     both empty                 -> 1.0
     iou = |P & G| / |P | G|    (per-row counts: min for the intersection, max for the union)
-    order = Kendall tau-b between the intersected rows in P's order and in G's order
+    order = Kendall tau-b between the intersected rows in P's order and in G's order, paired
+            position by position and compared as text (InterCode's exact computation: it
+            equals the rank correlation when the gold rows are sorted, and is 1 whenever the
+            two sequences are identical)
     reward = round(iou * order, 2) when the intersection is non-empty and tau is defined,
              round(iou, 2) otherwise (one common row, or all common rows equal: no ordering)
 

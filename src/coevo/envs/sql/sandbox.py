@@ -101,6 +101,10 @@ class Sandbox:
         self._conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
         self._conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, max_sql_chars * 4)
+        # A pragma's table-valued form (pragma_table_info(...)) registers a virtual table on
+        # first use, which asks the authorizer for a schema update: register them now.
+        for pragma in sorted(_INSPECTION_PRAGMAS):
+            self._conn.execute(f"SELECT * FROM pragma_{pragma}('sqlite_master') LIMIT 0")
         self._conn.set_authorizer(_authorize)
         self._conn.set_progress_handler(self._progress, _PROGRESS_OPS)
 
@@ -224,7 +228,7 @@ def format_rows(rows: tuple[Row, ...], max_chars: int) -> str:
     more than a short one.
     """
     parts: list[str] = []
-    size = 1
+    size = -1  # "[" plus ", " between rows: 1 + sum(len) + 2 * (rows - 1)
     for row in rows:
         text = repr(row)
         parts.append(text)
