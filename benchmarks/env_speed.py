@@ -105,7 +105,9 @@ def main() -> None:
     envs = sorted({c.env for c in CASES} | set(EXTRA)) if not args.env else args.env
     stamp = time.strftime("%Y-%m-%d %H:%M")
     for env in envs:
-        lines = [f"## {env}", "", f"Measured {stamp} on {machine()}.", ""]
+        # Other work on the machine slows the figures: record the load they were measured under.
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        lines = [f"## {env}", "", f"Measured {stamp} on {machine()}, load average {load}.", ""]
         lines += [
             "| case | steps/s | goal | episodes | env build (s) |",
             "| --- | --- | --- | --- | --- |",
