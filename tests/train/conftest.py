@@ -1,0 +1,64 @@
+"""Tiny random Llama models and random token data for the trainer tests (no tokenizer needed)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from coevo.train.batches import DpoExample, Tokens
+
+VOCAB = 300
+
+
+def tiny_llama(seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=128,
+        vocab_size=VOCAB,
+        max_position_embeddings=256,
+    )
+    return LlamaForCausalLM(config)
+
+
+def random_seq(rng: random.Random, low: int = 10, high: int = 40) -> Tokens:
+    """A sequence with a user-like prefix (mask 0) and agent/observation spans."""
+    n = rng.randint(low, high)
+    ids = tuple(rng.randrange(VOCAB) for _ in range(n))
+    mask = tuple(0 if i < 4 else int(rng.random() < 0.5) for i in range(n))
+    if not any(mask[1:]):
+        mask = (*mask[:-1], 1)
+    return Tokens(ids, mask)
+
+
+@pytest.fixture
+def model_factory() -> Callable[..., torch.nn.Module]:
+    return tiny_llama
+
+
+@pytest.fixture
+def sft_data() -> list[Tokens]:
+    rng = random.Random(1)
+    return [random_seq(rng) for _ in range(24)]
+
+
+@pytest.fixture
+def dpo_data() -> list[DpoExample]:
+    rng = random.Random(2)
+    return [
+        DpoExample(
+            random_seq(rng),
+            random_seq(rng),
+            weight=rng.choice([0.5, 1.0]),
+            sft_weight=rng.choice([0.0, 0.1]),
+        )
+        for _ in range(16)
+    ]

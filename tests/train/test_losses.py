@@ -1,0 +1,198 @@
+"""Loss values worked out by hand, exact zero gradients on masked tokens, and TRL agreement."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from coevo.train.losses import dpo_loss, sequence_logps
+
+LN3 = math.log(3.0)
+
+
+def test_sequence_logps_by_hand_with_the_shift():
+    # vocab 2, one sequence of 4 tokens; logits row t predicts token t + 1.
+    labels = torch.tensor([[1, 0, 1, 1]])
+    mask = torch.tensor([[0, 1, 1, 0]])  # tokens 1 and 2 are the agent's
+    logits = torch.tensor(
+        [
+            [
+                [0.0, LN3],  # row 0 -> token 1 (= 0): p = 1 / (1 + 3) = 1/4
+                [0.0, 0.0],  # row 1 -> token 2 (= 1): p = 1/2
+                [0.0, -math.inf],  # row 2 -> token 3 (= 1): p = 0, but masked out
+                [5.0, -5.0],  # row 3 predicts nothing
+            ]
+        ],
+        requires_grad=True,
+    )
+    got = sequence_logps(logits, labels, mask)
+    # log(1/4) + log(1/2) = -3 ln 2 = -2.0794415
+    assert got.item() == pytest.approx(-3 * math.log(2.0), abs=1e-6)
+
+    (-got.sum()).backward()
+    grad = logits.grad[0]
+    # d(-log p)/d logits = softmax - onehot: row 0: [1/4 - 1, 3/4] = [-0.75, 0.75]
+    assert grad[0].tolist() == pytest.approx([-0.75, 0.75])
+    assert grad[1].tolist() == pytest.approx([0.5, -0.5])
+    # Masked and unused rows get exactly zero gradient, even next to a -inf.
+    assert torch.equal(grad[2], torch.zeros(2))
+    assert torch.equal(grad[3], torch.zeros(2))
+
+
+def test_masked_tokens_get_exactly_zero_gradient_on_random_logits():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 9, 11, requires_grad=True)
+    labels = torch.randint(0, 11, (3, 9))
+    mask = (torch.rand(3, 9) < 0.5).long()
+    sequence_logps(logits, labels, mask).sum().backward()
+    unscored = torch.ones(3, 9, dtype=torch.bool)
+    unscored[:, :-1] = mask[:, 1:] == 0  # row t is used only when token t + 1 is scored
+    assert torch.equal(logits.grad[unscored], torch.zeros_like(logits.grad[unscored]))
+    assert (logits.grad[~unscored].abs().sum(-1) > 0).all()
+
+
+def test_sequence_logps_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="sequence_logps needs"):
+        sequence_logps(torch.zeros(2, 5, 3), torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4))
+
+
+def test_weighted_dpo_and_sft_by_hand():
+    beta = 0.1
+    out = dpo_loss(
+        torch.tensor([-10.0, -5.0]),  # policy chosen
+        torch.tensor([-14.0, -3.0]),  # policy rejected
+        torch.tensor([-12.0, -5.0]),  # reference chosen
+        torch.tensor([-12.0, -5.0]),  # reference rejected
+        beta=beta,
+        weights=torch.tensor([0.5, 1.0]),
+        sft_weights=torch.tensor([0.1, 0.0]),
+        chosen_tokens=torch.tensor([5, 2]),
+    )
+    # Pair 1: chosen ratio -10 - -12 = 2, rejected ratio -14 - -12 = -2, margin 4:
+    #   dpo = -log sigmoid(0.1 * 4) = log(1 + e^-0.4) = log(1.6703200) = 0.5130153
+    #   nll = 10 / 5 tokens = 2.0;  loss = 0.5 * (0.5130153 + 0.1 * 2.0) = 0.3565077
+    # Pair 2: ratios 0 and 2, margin -2:
+    #   dpo = log(1 + e^0.2) = log(2.2214028) = 0.7981389;  sft weight 0 -> loss = 0.7981389
+    # Batch: plain mean over the 2 pairs = (0.3565077 + 0.7981389) / 2 = 0.5773233
+    assert out.dpo.tolist() == pytest.approx([0.5130153, 0.7981389], abs=1e-6)
+    assert out.per_pair.tolist() == pytest.approx([0.3565077, 0.7981389], abs=1e-6)
+    assert out.loss.item() == pytest.approx(0.5773233, abs=1e-6)
+    m = {k: v.item() for k, v in out.metrics().items()}
+    # rewards: chosen 0.1 * [2, 0], rejected 0.1 * [-2, 2]; margins [0.4, -0.2]
+    assert m["reward_chosen"] == pytest.approx(0.1)
+    assert m["reward_rejected"] == pytest.approx(0.0)
+    assert m["reward_margin"] == pytest.approx(0.1)
+    assert m["reward_accuracy"] == pytest.approx(0.5)
+    assert m["logps_chosen"] == pytest.approx(-7.5)
+    assert m["logps_rejected"] == pytest.approx(-8.5)
+
+
+def test_lambda_dpo_scales_only_the_dpo_term():
+    args = [torch.tensor([-4.0]), torch.tensor([-6.0]), torch.tensor([-5.0]), torch.tensor([-5.0])]
+    out = dpo_loss(
+        *args,
+        beta=0.5,
+        lambda_dpo=2.0,
+        sft_weights=torch.tensor([1.0]),
+        chosen_tokens=torch.tensor([4]),
+    )
+    # margin (1) - (-1) = 2; dpo = log(1 + e^-1) = 0.3132617; nll = 4 / 4 = 1
+    # loss = 2.0 * 0.3132617 + 1.0 * 1 = 1.6265233
+    assert out.loss.item() == pytest.approx(1.6265233, abs=1e-6)
+
+
+def test_dpo_needs_token_counts_for_the_sft_term():
+    x = torch.tensor([-1.0])
+    with pytest.raises(ValueError, match="chosen_tokens"):
+        dpo_loss(x, x, x, x, beta=0.1, sft_weights=torch.tensor([0.1]))
+
+
+def _trl_loss(per_token: torch.Tensor, ref_c, ref_r, beta, loss_types, loss_weights):
+    """Run TRL 1.16's own DPOTrainer._compute_loss on given per-token log-probs.
+
+    The trainer's loss lives in a method, not a free function: it is called here on a
+    stand-in `self` and a stand-in model that returns the per-token log-probs we choose.
+    """
+    from trl.trainer.dpo_trainer import DPOTrainer
+
+    rows, length = per_token.shape
+    fake_accelerator = SimpleNamespace(
+        device=torch.device("cpu"), gather_for_metrics=lambda x: x, gather=lambda x: x
+    )
+    trainer = SimpleNamespace(
+        model=SimpleNamespace(training=True),
+        accelerator=fake_accelerator,
+        aux_loss_enabled=False,
+        ld_alpha=None,
+        precompute_ref_logps=True,
+        f_divergence_type="reverse_kl",
+        loss_types=loss_types,
+        loss_weights=loss_weights,
+        beta=beta,
+        use_weighting=False,
+        label_smoothing=0.0,
+        _metrics={"train": defaultdict(list)},
+        _total_train_tokens=0,
+        _tp_size=1,
+    )
+
+    def model(**kwargs):
+        zeros = torch.zeros(rows, length)
+        return SimpleNamespace(
+            log_probs=per_token, entropy=zeros, mean_logits=zeros, is_top1=zeros.bool()
+        )
+
+    # One prompt token, then `length` completion tokens: the shifted mask covers them all.
+    completion = torch.ones(rows, length + 1, dtype=torch.long)
+    completion[:, 0] = 0
+    inputs = {
+        "input_ids": torch.zeros(rows, length + 1, dtype=torch.long),
+        "attention_mask": torch.ones(rows, length + 1, dtype=torch.long),
+        "completion_mask": completion,
+        "ref_chosen_logps": ref_c,
+        "ref_rejected_logps": ref_r,
+    }
+    loss = DPOTrainer._compute_loss(trainer, model, inputs, return_outputs=False)
+    return loss, {k: v[-1] for k, v in trainer._metrics["train"].items()}
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.5])
+def test_dpo_equals_trl_sigmoid_loss(beta):
+    torch.manual_seed(1)
+    pairs, length = 6, 7
+    per_token = -torch.rand(2 * pairs, length) * 3  # rows: chosen then rejected, as TRL
+    ref_c, ref_r = -torch.rand(pairs) * 20, -torch.rand(pairs) * 20
+    trl_loss, trl_metrics = _trl_loss(per_token, ref_c, ref_r, beta, ["sigmoid"], [1.0])
+    chosen, rejected = per_token.sum(1).chunk(2)
+    ours = dpo_loss(chosen, rejected, ref_c, ref_r, beta=beta)
+    assert ours.loss.item() == pytest.approx(trl_loss.item(), rel=1e-6)
+    m = ours.metrics()
+    assert m["reward_accuracy"].item() == pytest.approx(trl_metrics["rewards/accuracies"])
+    assert m["reward_margin"].item() == pytest.approx(trl_metrics["rewards/margins"], rel=1e-5)
+    assert m["reward_chosen"].item() == pytest.approx(trl_metrics["rewards/chosen"], rel=1e-5)
+    assert m["logps_rejected"].item() == pytest.approx(trl_metrics["logps/rejected"], rel=1e-6)
+
+
+def test_dpo_plus_sft_equals_trl_sigmoid_plus_sft_on_equal_lengths():
+    # TRL's "sft" term is the chosen NLL per token over the whole batch; ours is per pair.
+    # With equal lengths and one SFT weight for all pairs the two are the same number.
+    torch.manual_seed(2)
+    pairs, length = 4, 5
+    per_token = -torch.rand(2 * pairs, length) * 3
+    ref_c, ref_r = -torch.rand(pairs) * 10, -torch.rand(pairs) * 10
+    trl_loss, _ = _trl_loss(per_token, ref_c, ref_r, 0.2, ["sigmoid", "sft"], [1.0, 0.1])
+    chosen, rejected = per_token.sum(1).chunk(2)
+    ours = dpo_loss(
+        chosen,
+        rejected,
+        ref_c,
+        ref_r,
+        beta=0.2,
+        sft_weights=torch.full((pairs,), 0.1),
+        chosen_tokens=torch.full((pairs,), length),
+    )
+    assert ours.loss.item() == pytest.approx(trl_loss.item(), rel=1e-6)

@@ -1,0 +1,44 @@
+"""The agent-token forward equals log-probs from full logits, in values and in gradients."""
+
+from __future__ import annotations
+
+import torch
+
+from coevo.train.batches import collate_sft
+from coevo.train.losses import sequence_logps
+from coevo.train.model import AgentLogps
+
+
+def test_selected_rows_forward_matches_full_logits_with_padding(model_factory, sft_data):
+    model = model_factory()
+    batch = collate_sft(sft_data[:5])  # lengths differ: right padding inside the batch
+    args = (batch["input_ids"], batch["attention_mask"], batch["action_mask"])
+    net = AgentLogps(model)
+    assert net._fast
+    fast, tokens = net(*args)
+    fast.sum().backward()
+    fast_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    logits = model(input_ids=args[0], attention_mask=args[1]).logits
+    slow = sequence_logps(logits, args[0], args[2])
+    slow.sum().backward()
+    torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
+    assert tokens.tolist() == batch["action_mask"][:, 1:].sum(-1).tolist()
+    for p, g in zip(model.parameters(), fast_grads, strict=True):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_observation_tokens_as_targets_get_no_gradient(model_factory, sft_data):
+    # Changing a token that is only ever a masked target (the last one, mask 0) leaves the
+    # result bit-for-bit the same: it neither enters the loss nor any scored position's input.
+    net = AgentLogps(model_factory())
+    seq = sft_data[0]
+    ids = torch.tensor([seq.input_ids])
+    mask = torch.tensor([seq.action_mask])
+    mask[0, -1] = 0
+    other = ids.clone()
+    other[0, -1] = (other[0, -1] + 1) % 300
+    attention = torch.ones_like(ids)
+    a, _ = net(ids, attention, mask)
+    b, _ = net(other, attention, mask)
+    assert torch.equal(a, b)
