@@ -135,7 +135,11 @@ def test_observations_are_cut_and_info_is_json(sql_cache: Path):
     task = task_with(env, "FROM singer")
     env.reset(task)
     # Query results and database errors are cut; the env's own guidance is not.
-    for action in ("SELECT * FROM singer", "garbage", "DROP TABLE singer"):
+    for action in (
+        "SELECT * FROM singer",
+        "SELECT no_such_column_at_all FROM singer",
+        "DROP TABLE t",
+    ):
         result = env.step(action)
         assert len(result.observation) == 60
         json.dumps(result.info)
@@ -165,6 +169,8 @@ def test_episodes_leave_every_database_unchanged(sql_env: SqlEnv, sql_cache: Pat
 def test_bad_options_and_foreign_tasks_get_clear_errors(sql_cache: Path):
     with pytest.raises(EnvError, match="max_obs_chars"):
         SqlEnv(cache_dir=sql_cache, max_obs_chars=0)
+    with pytest.raises(EnvError, match="max_steps"):
+        SqlEnv(cache_dir=sql_cache, max_steps=0)
     with pytest.raises(EnvError, match="time_limit"):
         SqlEnv(cache_dir=sql_cache, time_limit=0)
     with pytest.raises(EnvError, match="lower n_train or n_test_seen"):

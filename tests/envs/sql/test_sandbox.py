@@ -120,6 +120,7 @@ def test_hostile_statements_are_answered_quickly_and_change_nothing(db: Path):
         ("pragma writable_schema", "not authorized"),
         ("very long input", "the limit is 10,000"),
         ("comment only", "holds no SQL statement"),
+        ("explain a write", "EXPLAIN statements are not allowed"),
     ],
 )
 def test_each_limit_says_what_happened(db: Path, name: str, needle: str):
@@ -153,6 +154,15 @@ def test_a_statement_after_a_timeout_gets_its_full_time(db: Path):
     box = Sandbox(db, time_limit=TIME_LIMIT)
     assert not box.run(HOSTILE["recursive time bomb"]).ok
     assert box.run("SELECT COUNT(*) FROM singer a, singer b").rows == ((1600,),)
+    box.close()
+
+
+def test_unknown_words_read_as_syntax_errors(db: Path):
+    box = Sandbox(db)
+    assert (
+        box.run("frobnicate the widget").error == ERROR_PREFIX + 'near "frobnicate": syntax error'
+    )
+    assert len(box.run("x" * 9_999).error) < 100
     box.close()
 
 

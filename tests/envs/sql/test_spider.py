@@ -164,6 +164,10 @@ def test_layout_problems_get_clear_errors(tmp_path: Path):
     (root / "database" / "pets_1" / "pets_1.sqlite").unlink()
     with pytest.raises(EnvError, match=r"database/<db_id>/<db_id>\.sqlite"):
         SqlEnv(data=str(root))
+    root = write_spider(tmp_path / "corrupt")
+    (root / "database" / "pets_1" / "pets_1.sqlite").write_bytes(b"not a database" * 100)
+    with pytest.raises(EnvError, match="cannot be opened as a SQLite database"):
+        SqlEnv(data=str(root))
     root = write_spider(tmp_path / "noquery")
     (root / "train_spider.json").write_text(json.dumps([{"db_id": "pets_1", "question": "?"}]))
     with pytest.raises(EnvError, match="entry 0 lacks"):

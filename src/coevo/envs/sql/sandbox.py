@@ -25,10 +25,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from coevo.envs.base import EnvError
+
 Row = tuple
 ERROR_PREFIX = "Error executing query: "
 
 _ALLOWED_LEADS = frozenset({"select", "with", "values", "pragma"})
+# The other words an SQLite statement can start with: refused as writes, not as typos.
+_STATEMENT_LEADS = frozenset(
+    {"alter", "analyze", "attach", "begin", "commit", "create", "delete", "detach", "drop",
+     "end", "explain", "insert", "reindex", "release", "replace", "rollback", "savepoint",
+     "update", "vacuum"}
+)  # fmt: skip
 # Pragmas that only describe the schema; every other pragma can change state or is not needed.
 _INSPECTION_PRAGMAS = frozenset(
     {"table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
@@ -87,7 +95,7 @@ class Sandbox:
     ) -> None:
         self.path = Path(path)
         if not self.path.is_file():
-            raise FileNotFoundError(f"SQLite database {str(self.path)!r} does not exist.")
+            raise EnvError(f"SQLite database {str(self.path)!r} does not exist.")
         self.time_limit = time_limit
         self.row_cap = row_cap
         self.max_sql_chars = max_sql_chars
@@ -97,10 +105,20 @@ class Sandbox:
         self._desc: dict[str, tuple[Row, ...]] = {}
         uri = f"{self.path.resolve().as_uri()}?mode=ro"
         self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        try:
+            self._setup()
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise EnvError(
+                f"{str(self.path)!r} cannot be opened as a SQLite database ({exc}): replace "
+                "the file with a valid database."
+            ) from exc
+
+    def _setup(self) -> None:
         self._conn.execute("PRAGMA query_only = ON")
         self._conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         self._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
-        self._conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, max_sql_chars * 4)
+        self._conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, self.max_sql_chars * 4)
         # A pragma's table-valued form (pragma_table_info(...)) registers a virtual table on
         # first use, which asks the authorizer for a schema update: register them now.
         for pragma in sorted(_INSPECTION_PRAGMAS):
@@ -131,6 +149,8 @@ class Sandbox:
         if lead not in _ALLOWED_LEADS:
             if not lead:
                 return _fail("the action holds no SQL statement. Send one SQL query or submit.")
+            if lead not in _STATEMENT_LEADS:
+                return _fail(f'near "{lead[:40]}": syntax error')
             return _fail(
                 f"{lead.upper()} statements are not allowed: the database is read-only; use "
                 "SELECT queries, SHOW TABLES or DESC <table>."
