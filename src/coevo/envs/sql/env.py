@@ -70,10 +70,24 @@ class SqlEnv:
         row_cap: int = 10_000,
         score_truncated: bool = True,
     ) -> None:
-        for option, value, low in (("max_steps", max_steps, 1), ("max_obs_chars", max_obs_chars, 1),
-                                   ("row_cap", row_cap, 1),
-                                   ("n_train", n_train, 0), ("n_test_seen", n_test_seen, 0),
-                                   ("n_test_unseen", n_test_unseen, 0)):  # fmt: skip
+        minimums = {
+            "max_steps": 1,
+            "max_obs_chars": 1,
+            "row_cap": 1,
+            "n_train": 0,
+            "n_test_seen": 0,
+            "n_test_unseen": 0,
+        }
+        given = {
+            "max_steps": max_steps,
+            "max_obs_chars": max_obs_chars,
+            "row_cap": row_cap,
+            "n_train": n_train,
+            "n_test_seen": n_test_seen,
+            "n_test_unseen": n_test_unseen,
+        }
+        for option, low in minimums.items():
+            value = given[option]
             if not isinstance(value, int) or value < low:
                 raise EnvError(f"sql option {option} must be an integer >= {low}, got {value!r}.")
         if not time_limit > 0:
