@@ -1,0 +1,278 @@
+"""`SciWorldEnv`: the real ScienceWorld benchmark behind coevo's Env contract.
+
+    env = SciWorldEnv()                      # one JVM, reused by every episode of this env
+    task = env.tasks("test_unseen")[0]
+    observation, info = env.reset(task)      # task description + the room around the agent
+    env.step("Thought: I need water.\nAction: teleport to kitchen")
+
+Reward: the best score the episode reached / 100, clipped to [0, 1], given when it ends.
+`terminated` when the simulator says the task is over (solved, or failed with a negative
+score); `truncated` when the task type's step budget runs out. Invalid actions get the
+simulator's own answer ("No known action matches that input."). If the JVM hangs past `timeout`
+seconds or dies, it is restarted and the episode ends (truncated) with `info["error"]` set.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from coevo.envs.base import EnvError, EpisodeClock, StepResult, check_split
+from coevo.envs.react import FORMAT_ERROR, format_reply, parse
+from coevo.envs.sciworld import protocol
+from coevo.envs.sciworld.manifest import (
+    GoldCache,
+    GoldRecord,
+    cache_dir,
+    load_manifest,
+    protocol_key,
+)
+from coevo.envs.sciworld.simulator import Simulator, SimulatorError
+from coevo.envs.sciworld.thoughts import thought_for
+from coevo.trajectory import Task, Turn
+
+log = logging.getLogger(__name__)
+
+INSTRUCTION_PROMPT = """\
+You are a helpful assistant doing a science experiment in a text world. Each turn, reply with \
+one line 'Thought: <your reasoning>' and one line 'Action: <one action>'. Available actions:
+open OBJ / close OBJ: open or close a container or door
+activate OBJ / deactivate OBJ: turn a device on or off
+connect OBJ to OBJ / disconnect OBJ: electrical connections
+use OBJ [on OBJ]: use a device or item
+look around: describe the current room
+look at OBJ / look in OBJ / examine OBJ / read OBJ: inspect something
+move OBJ to OBJ / pick up OBJ / put down OBJ: move things around
+pour OBJ into OBJ / dunk OBJ into OBJ / mix OBJ: handle substances
+eat OBJ / flush OBJ: eat food, flush a toilet
+teleport to LOC / go to LOC: move to another room
+wait / wait1: let time pass (10 steps / 1 step)
+focus on OBJ: mark the object the task is about (focusing on the wrong object fails the task)
+inventory: list what you carry
+task: show the task again
+When an action is ambiguous the world lists numbered choices: answer with the number."""
+
+
+class SciWorldEnv:
+    """ScienceWorld tasks under the agent papers' protocol (see `protocol.py`)."""
+
+    name = "sciworld"
+    instruction_prompt = INSTRUCTION_PROMPT
+
+    def __init__(
+        self,
+        max_steps: int | None = None,
+        timeout: float = 30.0,
+        cache: str | None = None,
+        data: str | None = None,
+    ) -> None:
+        """`max_steps` overrides every type's budget; `timeout` bounds one simulator call (s);
+        `cache` (or `data`, the CLI's --data) is the cache root instead of $COEVO_CACHE."""
+        if max_steps is not None and max_steps < 1:
+            raise EnvError(f"max_steps must be at least 1, got {max_steps}.")
+        self._override = max_steps
+        self.sim = Simulator(timeout=timeout)
+        root = cache or data
+        try:
+            self.manifest, self.manifest_source = load_manifest(self.sim, root)
+        except BaseException:
+            self.sim.close()
+            raise
+        self.types: dict[str, dict[str, Any]] = self.manifest["types"]
+        self.gold = GoldCache(cache_dir(self.sim.version, root) / f"gold-{protocol_key()}.jsonl")
+        self._tasks: dict[str, list[Task]] = {}
+        self._excluded_logged = False
+        self._clock = EpisodeClock(self._default_budget())
+        self._task: Task | None = None
+        self._best = 0
+        self._score = 0
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    def _default_budget(self) -> int:
+        if self._override is not None:
+            return self._override
+        return max((t["budget"] for t in self.types.values() if not t["excluded"]), default=120)
+
+    def budget(self, task: Task) -> int:
+        """The step budget of `task`: its type's budget unless `max_steps` overrides it."""
+        return self._override or int(task.data["max_steps"])
+
+    @property
+    def max_steps(self) -> int:
+        """The budget of the current episode (before any reset: the largest type budget)."""
+        return self._clock.max_steps
+
+    def excluded(self) -> dict[str, str]:
+        """Task id -> why its gold path is excluded, from the manifest and this machine's cache."""
+        reasons = {k: v["reason"] for k, v in self.manifest["gold"].items() if not v["valid"]}
+        for task_id in self.gold.invalid_ids():
+            record = self.gold.get(task_id)
+            reasons.setdefault(task_id, record.reason if record else "invalid gold path")
+        return reasons
+
+    def tasks(self, split: str) -> list[Task]:
+        check_split(split)
+        if split not in self._tasks:
+            excluded = self.excluded()
+            if excluded and not self._excluded_logged:
+                self._excluded_logged = True
+                log.info("sciworld: %d tasks excluded for their gold paths", len(excluded))
+            rows = [t for t in self.manifest["tasks"] if t["split"] == split]
+            self._tasks[split] = [
+                Task(
+                    id=t["id"],
+                    env=self.name,
+                    split=split,
+                    instruction=t["instruction"],
+                    data={
+                        "task_name": t["task_name"],
+                        "variation": t["variation"],
+                        "max_steps": self.types[t["task_name"]]["budget"],
+                    },
+                )
+                for t in interleave(rows)
+                if t["id"] not in excluded
+            ]
+        return list(self._tasks[split])
+
+    # -- episodes --------------------------------------------------------------------------
+
+    def reset(self, task: Task, *, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        """Load the task's variation (the simulator is deterministic: `seed` is unused)."""
+        return self._start(task, self.budget(task))
+
+    def _start(self, task: Task, budget: int) -> tuple[str, dict[str, Any]]:
+        name, variation = task.data.get("task_name"), task.data.get("variation")
+        if not isinstance(name, str) or not isinstance(variation, int):
+            raise EnvError(
+                f"Task {task.id!r} is not a sciworld task (its data needs task_name and "
+                "variation): take tasks from SciWorldEnv.tasks(split)."
+            )
+        try:
+            look = self.sim.load(name, variation, protocol.SIMPLIFICATION)
+        except SimulatorError:
+            # The JVM was replaced: one more try on the fresh one before giving up.
+            try:
+                look = self.sim.load(name, variation, protocol.SIMPLIFICATION)
+            except SimulatorError as exc:
+                raise EnvError(f"Could not load {task.id} on a fresh simulator: {exc}.") from exc
+        self._task, self._best, self._score = task, 0, 0
+        self._clock = EpisodeClock(budget)
+        self._clock.start()
+        observation = f"Task: {task.instruction}\n\n{look.strip()}"
+        return observation, {"task_name": name, "variation": variation, "max_steps": self.max_steps}
+
+    def step(self, action: str) -> StepResult:
+        step = self._clock.tick()
+        parsed = parse(action)
+        if not parsed.ok:
+            return self._result(FORMAT_ERROR, False, {"step": step, "valid_format": False})
+        try:
+            observation, score, done = self.sim.step(parsed.action)
+        except SimulatorError as exc:
+            # The episode's world is gone with the old JVM: end it, keeping what was scored.
+            self._clock.finish(True)
+            info = {"step": step, "error": exc.kind, "error_message": str(exc)}
+            return StepResult(
+                f"The simulator failed ({exc}). This episode is over.",
+                self._reward(), False, True, {**info, **self._score_info()},
+            )  # fmt: skip
+        self._score = score
+        self._best = max(self._best, score)
+        return self._result(observation.strip(), done, {"step": step})
+
+    def _reward(self) -> float:
+        return min(1.0, max(0.0, self._best / 100))
+
+    def _score_info(self) -> dict[str, Any]:
+        return {"score": self._score, "best_score": self._best}
+
+    def _result(self, observation: str, terminated: bool, info: dict[str, Any]) -> StepResult:
+        truncated = self._clock.finish(terminated)
+        reward = self._reward() if terminated or truncated else 0.0
+        return StepResult(
+            observation, reward, terminated, truncated, {**info, **self._score_info()}
+        )
+
+    # -- expert ----------------------------------------------------------------------------
+
+    def expert(self, task: Task) -> list[Turn]:
+        """The gold action sequence with short thoughts; raises if its replay does not score 1.0.
+
+        Paths come checked with the shipped manifest; any other path is generated and replayed
+        here (ending any episode in progress) and the verdict cached, so it is checked once.
+        """
+        record = self.gold_record(task)
+        if not record.valid:
+            raise EnvError(
+                f"The gold path of {task.id} is excluded: {record.reason}. tasks() leaves it "
+                "out once checked; pick another task."
+            )
+        return [Turn("assistant", format_reply(thought_for(a), a)) for a in record.actions]
+
+    def gold_record(self, task: Task) -> GoldRecord:
+        """The task's gold path and its replay verdict, from the cache or checked now."""
+        record = self.gold.get(task.id)
+        if record is not None:
+            return record
+        shipped = self.manifest["gold"].get(task.id)
+        if shipped is not None:
+            # Checked when the manifest was made, on this same scienceworld version.
+            return GoldRecord.from_dict(shipped)
+        name, variation = task.data["task_name"], task.data["variation"]
+        actions = tuple(self.sim.gold_actions(name, variation, protocol.SIMPLIFICATION))
+        record = self._replay_gold(task, actions)
+        if not record.valid:
+            log.warning("sciworld: excluding the gold path of %s: %s", task.id, record.reason)
+        self.gold.put(record)
+        self._tasks.clear()  # the next tasks() call leaves an invalid path's task out
+        return record
+
+    def _replay_gold(self, task: Task, actions: tuple[str, ...]) -> GoldRecord:
+        if not actions:
+            return GoldRecord(task.id, actions, False, 0.0, 0, "the simulator gave no gold path")
+        # Judged against the type's own budget, whatever `max_steps` override this env has.
+        self._start(task, int(task.data["max_steps"]))
+        result: StepResult | None = None
+        for action in actions:
+            result = self.step(action)
+            if result.done:
+                break
+        self._clock = EpisodeClock(self._clock.max_steps)  # the replay is not the caller's episode
+        assert result is not None
+        steps = int(result.info["step"])
+        if result.reward >= 1.0 and result.terminated:
+            return GoldRecord(task.id, actions, True, result.reward, steps)
+        if "error" in result.info:
+            reason = f"the simulator failed during the replay ({result.info['error_message']})"
+        elif result.truncated:
+            reason = (
+                f"its {len(actions)} steps exceed the type's budget of {task.data['max_steps']} "
+                f"(score {result.info['best_score']} when the budget ran out)"
+            )
+        elif result.terminated:
+            reason = f"the episode ended at step {steps} with score {result.info['best_score']}"
+        else:
+            reason = f"all {len(actions)} actions replayed, best score {result.info['best_score']}"
+        return GoldRecord(task.id, actions, False, result.reward, steps, reason)
+
+    def close(self) -> None:
+        self.sim.close()
+
+    def __enter__(self) -> SciWorldEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def interleave(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tasks in round-robin order over types, so any prefix of a split covers many types."""
+    rank: dict[str, int] = {}
+    keyed = []
+    for row in rows:
+        n = rank.get(row["task_name"], 0)
+        rank[row["task_name"]] = n + 1
+        keyed.append((n, row["task_name"], row["variation"], row))
+    return [k[-1] for k in sorted(keyed, key=lambda k: k[:3])]

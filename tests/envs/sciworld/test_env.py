@@ -1,0 +1,197 @@
+"""SciWorldEnv on the real simulator: tasks, gold replay, invalid actions, budgets, recovery.
+
+One env (one JVM) is shared by the module; each test resets its own episode. Gold paths are
+checked against a fresh cache in a temporary directory, so the replay really runs here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coevo.envs import SPLITS, EnvError, EpisodeFinishedError
+from coevo.envs.episode import expert_trajectory
+from coevo.envs.react import FORMAT_ERROR
+from coevo.envs.sciworld import SciWorldEnv
+from coevo.envs.sciworld.manifest import GoldCache
+from coevo.trajectory import Task
+
+pytest.importorskip("scienceworld")
+pytestmark = pytest.mark.sciworld
+
+INVALID = "No known action matches that input."
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SciWorldEnv]:
+    env = SciWorldEnv()
+    env.gold = GoldCache(tmp_path_factory.mktemp("sciworld") / "gold.jsonl")
+    yield env
+    env.close()
+
+
+def _task(env: SciWorldEnv, split: str, task_name: str) -> Task:
+    return next(t for t in env.tasks(split) if t.data["task_name"] == task_name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A killed child stays a zombie until reaped: count that as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_splits_follow_the_protocol(env: SciWorldEnv) -> None:
+    splits = {s: env.tasks(s) for s in SPLITS}
+    excluded_types = {name for name, t in env.types.items() if t["excluded"]}
+    assert len(excluded_types) == 2
+    seen_ids: set[str] = set()
+    for split, tasks in splits.items():
+        assert tasks, split
+        ids = {t.id for t in tasks}
+        assert len(ids) == len(tasks) and not ids & seen_ids
+        seen_ids |= ids
+        names = {t.data["task_name"] for t in tasks}
+        assert not names & excluded_types
+        for t in tasks:
+            assert 10 <= t.data["max_steps"] <= 120
+            assert t.instruction.startswith("Your task is")
+        if split != "train":
+            per_type = {n: sum(t.data["task_name"] == n for t in tasks) for n in names}
+            assert max(per_type.values()) <= 10
+    # The same (type, variation) never appears in two splits: they come from disjoint sets.
+    keys = [(t.data["task_name"], t.data["variation"]) for s in SPLITS for t in splits[s]]
+    assert len(keys) == len(set(keys))
+    # A split's first tasks cover different types (round-robin order).
+    first = [t.data["task_name"] for t in splits["test_seen"][:5]]
+    assert len(set(first)) == 5
+
+
+def test_gold_path_replays_to_one(env: SciWorldEnv) -> None:
+    task = _task(env, "test_unseen", "find-living-thing")
+    trajectory = expert_trajectory(env, task)
+    assert trajectory.reward == 1.0 and trajectory.terminated and not trajectory.truncated
+    assert trajectory.agent_texts[0].startswith("Thought: ")
+    assert trajectory.metadata["info"]["best_score"] == 100
+    record = env.gold.get(task.id)
+    assert record is not None and record.valid and record.steps == trajectory.steps
+
+
+def test_invalid_action_and_bad_format_use_a_step(env: SciWorldEnv) -> None:
+    task = _task(env, "train", "lifespan-longest-lived")
+    observation, info = env.reset(task)
+    assert (
+        observation.startswith(f"Task: {task.instruction}") and "This room is called" in observation
+    )
+    result = env.step("Thought: try nonsense.\nAction: frobnicate the quantum widget")
+    assert (result.observation, result.reward, result.done) == (INVALID, 0.0, False)
+    assert result.info["step"] == 1
+    result = env.step("Thought: I forgot the action.")
+    assert result.observation == FORMAT_ERROR and result.info["step"] == 2 and not result.done
+
+
+def test_step_budget_truncates_and_then_raises(env: SciWorldEnv) -> None:
+    task = _task(env, "train", "lifespan-shortest-lived")
+    env.reset(task)
+    budget = task.data["max_steps"]
+    assert env.max_steps == budget and 10 <= budget <= 20
+    results = [env.step("Action: look around") for _ in range(budget)]
+    assert [r.truncated for r in results] == [False] * (budget - 1) + [True]
+    assert not any(r.terminated for r in results) and results[-1].reward == 0.0
+    with pytest.raises(EpisodeFinishedError):
+        env.step("Action: look around")
+
+
+def test_reward_is_the_best_score_and_a_failed_task_terminates(env: SciWorldEnv) -> None:
+    task = _task(env, "train", "find-living-thing")
+    actions = [t.text for t in env.expert(task)]
+    focus = next(i for i, a in enumerate(actions) if "Action: focus on" in a)
+    env.reset(task)
+    for reply in actions[:focus]:
+        partial = env.step(reply)
+        assert not partial.done and partial.reward == 0.0  # no reward before the end
+    assert 0 < partial.info["score"] < 100  # walking to the right room already scores
+    # Focusing on a non-living thing fails the task: the simulator ends it with a negative
+    # score, and the reward is the best score the episode reached, not the last one.
+    failed = env.step("Thought: air is everywhere.\nAction: focus on air")
+    assert failed.terminated and failed.info["score"] < 0
+    assert failed.reward == partial.info["best_score"] / 100
+
+
+def test_overlong_gold_path_is_excluded_with_a_logged_reason(
+    env: SciWorldEnv,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(env, "gold", GoldCache(tmp_path / "gold.jsonl"))
+    real = _task(env, "train", "lifespan-longest-lived")
+    # The same variation with a budget below its gold path's length.
+    task = Task("sciworld/train/too-short", "sciworld", "train", real.instruction,
+                {**real.data, "max_steps": 2})  # fmt: skip
+    with (
+        caplog.at_level(logging.WARNING),
+        pytest.raises(EnvError, match="exceed the type's budget of 2"),
+    ):
+        env.expert(task)
+    assert "excluding the gold path of sciworld/train/too-short" in caplog.text
+    assert "sciworld/train/too-short" in env.excluded()
+    # The verdict is on disk: a new cache reads it back without the simulator.
+    assert not GoldCache(tmp_path / "gold.jsonl").get(task.id).valid
+
+
+def test_killed_jvm_ends_the_episode_and_the_env_recovers(env: SciWorldEnv) -> None:
+    task = _task(env, "test_seen", "lifespan-longest-lived")
+    env.reset(task)
+    env.step("Action: look around")
+    old = env.sim.pid
+    restarts = env.sim.restarts
+    os.kill(old, signal.SIGKILL)
+    result = env.step("Action: look around")
+    assert result.truncated and not result.terminated and result.info["error"] == "died"
+    assert "This episode is over" in result.observation
+    assert env.sim.restarts == restarts + 1 and env.sim.pid != old
+    with pytest.raises(EpisodeFinishedError):
+        env.step("Action: look around")
+    # The fresh JVM plays whole episodes again.
+    assert expert_trajectory(env, task).reward == 1.0
+
+
+def test_hung_jvm_times_out_and_is_replaced(
+    env: SciWorldEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = _task(env, "test_unseen", "lifespan-shortest-lived")
+    env.reset(task)
+    monkeypatch.setattr(env.sim, "timeout", 2.0)
+    hung = env.sim.pid
+    os.kill(hung, signal.SIGSTOP)  # the JVM stops answering, as in a hang
+    start = time.perf_counter()
+    result = env.step("Action: look around")
+    assert time.perf_counter() - start < 15
+    assert result.truncated and result.info["error"] == "timeout"
+    assert not _alive(hung) and env.sim.pid != hung
+    observation, _ = env.reset(task)
+    assert "This room is called" in observation
+
+
+def test_close_stops_the_jvm() -> None:
+    env = SciWorldEnv()
+    pid = env.sim.pid
+    assert _alive(pid)
+    env.close()
+    assert not _alive(pid)
+    env.close()  # twice is fine
+    with pytest.raises(EnvError, match="closed"):
+        env.sim.step("look around")

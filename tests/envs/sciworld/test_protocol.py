@@ -1,0 +1,105 @@
+"""The task protocol's rules and the expert's thoughts, without the simulator."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from coevo.envs import EnvError, make
+from coevo.envs.sciworld import protocol
+from coevo.envs.sciworld.protocol import TypeStats
+from coevo.envs.sciworld.thoughts import thought_for
+
+
+@pytest.mark.parametrize(
+    ("lengths", "expected"),
+    [
+        ([], 10),  # no gold path measured: the floor
+        ([5, 6], 10),  # 1.5 * 6 = 9 -> 10, the floor
+        ([10], 15),  # 15 exactly
+        ([11], 20),  # 16.5 -> next multiple of 5
+        ([39, 20], 60),  # the longest path decides: 58.5 -> 60
+        ([63], 95),  # 94.5 -> 95
+        ([80], 120),  # 120 exactly
+        ([178], 120),  # the ceiling
+    ],
+)
+def test_budget_rule(lengths: list[int], expected: int) -> None:
+    assert protocol.budget(lengths) == expected
+
+
+def _stats(name: str, lengths: tuple[int, ...]) -> TypeStats:
+    return TypeStats(name, lengths, {"train": (), "dev": (), "test": ()})
+
+
+def test_longest_types_use_the_median_and_break_ties_by_name() -> None:
+    stats = [
+        _stats("a", (10, 10, 500)),  # one outlier: median 10, not long
+        _stats("b", (100, 120, 130)),  # median 120
+        _stats("c", (120, 120, 0)),  # median 120: ties with b, c sorts after b
+        _stats("d", (119, 119, 119)),
+    ]
+    assert protocol.longest_types(stats, 2) == ["b", "c"]
+    assert protocol.longest_types(stats, 3) == ["b", "c", "d"]
+
+
+def test_sub_sampling_is_seeded_sorted_and_capped() -> None:
+    variations = list(range(100, 175))
+    first = protocol.sample_split(variations, 10, split="test_seen", name="find-plant")
+    assert first == protocol.sample_split(
+        list(reversed(variations)), 10, split="test_seen", name="find-plant"
+    )
+    assert len(first) == 10 and first == sorted(first) and set(first) <= set(variations)
+    # Another type or split draws independently; another seed draws differently.
+    assert first != protocol.sample_split(variations, 10, split="test_seen", name="find-animal")
+    assert first != protocol.sample_split(
+        variations, 10, seed=1, split="test_seen", name="find-plant"
+    )
+    # Types at or under the cap keep every variation.
+    assert protocol.sample_split([3, 1, 2], 10, split="train", name="x") == [1, 2, 3]
+
+
+def test_gold_sample_is_a_fixed_subset_of_train() -> None:
+    train = list(range(62))
+    sample = protocol.gold_sample(train, 5, name="grow-plant")
+    assert sample == protocol.gold_sample(train, 5, name="grow-plant")
+    assert len(sample) == 5 and set(sample) <= set(train)
+    assert protocol.gold_sample([4, 2], 5, name="x") == [2, 4]
+
+
+@pytest.mark.parametrize(
+    ("action", "expected"),
+    [
+        ("look around", "I look around to see what is here."),
+        ("teleport to kitchen", "I need to be in the kitchen, so I go there."),
+        ("open door to kitchen", "I open the door to the kitchen."),
+        ("focus on metal pot", "The task is about the metal pot, so I focus on it."),
+        ("move metal pot to stove", "I move the metal pot to the stove."),
+        ("use thermometer in inventory on steam", "I use the thermometer in inventory on the steam to learn more."),
+        ("wait1", "I wait for things to change."),
+        ("0", "The action was ambiguous; option 0 is the one I meant."),
+        ("frobnicate widget", "Next I frobnicate widget."),
+    ],
+)  # fmt: skip
+def test_thoughts(action: str, expected: str) -> None:
+    assert thought_for(action) == expected
+
+
+def test_make_without_the_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    # None in sys.modules makes `import scienceworld` fail, as on a machine without it.
+    monkeypatch.setitem(sys.modules, "scienceworld", None)
+    with pytest.raises(EnvError, match=r"pip install 'coevo\[sciworld\]'"):
+        make("sciworld")
+
+
+def test_make_without_java_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("scienceworld")
+    import shutil
+
+    real_which = shutil.which
+    monkeypatch.setattr(
+        shutil, "which", lambda cmd, *a, **k: None if cmd == "java" else real_which(cmd, *a, **k)
+    )
+    with pytest.raises(EnvError, match="Java runtime"):
+        make("sciworld")
