@@ -1,0 +1,284 @@
+"""Lockstep rollouts: many (task, sample) episodes advance together, one batched generate a step.
+
+Each round, every live episode gets its next reply from one `policy.generate` call over the
+whole batch, then each env steps. Finished episodes leave and queued ones join at once
+(continuous batching up to `batch_size`), so the batch stays full until the queue runs dry.
+
+Prompts come from a `Conversation` per episode holding exactly the turns the Trajectory stores
+(`opening_message`, agent replies, `observation_message`), so generation and training see the
+same text; each round only the new turns are rendered and tokenised. Every episode has its
+own seed (from the rollout seed, the task id and the sample index) and every generation step
+its own derived seed, so a sampled episode does not depend on which others share its batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from coevo.envs.base import Env, StepResult
+from coevo.envs.episode import observation_message, opening_message
+from coevo.policy.base import Policy, Sampling
+from coevo.policy.render import ContextTooLongError, Conversation
+from coevo.trajectory import Task, Trajectory, Turn
+
+
+class EnvPool:
+    """Env instances made by `factory` on demand and reused across episodes and rollouts.
+
+    Some envs are costly to start (ScienceWorld starts a JVM), so a pool hands a released env
+    to the next episode. An env that raised is discarded rather than reused.
+    """
+
+    def __init__(self, factory: Callable[[], Env]) -> None:
+        self.factory = factory
+        self._free: list[Env] = []
+        self._all: list[Env] = []
+
+    def acquire(self) -> Env:
+        if self._free:
+            return self._free.pop()
+        env = self.factory()
+        self._all.append(env)
+        return env
+
+    def release(self, env: Env) -> None:
+        self._free.append(env)
+
+    def discard(self, env: Env) -> None:
+        self._all = [e for e in self._all if e is not env]
+        # A broken env may fail to close too; it is dropped either way.
+        with contextlib.suppress(Exception):
+            env.close()
+
+    @property
+    def size(self) -> int:
+        return len(self._all)
+
+    def close(self) -> None:
+        for env in self._all:
+            env.close()
+        self._all.clear()
+        self._free.clear()
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def episode_seed(seed: int, task_id: str, sample: int) -> int:
+    """A stable 63-bit seed for one (task, sample) episode of a rollout seeded `seed`."""
+    digest = hashlib.blake2b(f"{seed}|{task_id}|{sample}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def _step_seed(seed: int, step: int) -> int:
+    return (seed * 1_000_003 + step * 7_919) % (1 << 63)
+
+
+@dataclass
+class _Episode:
+    """A live episode: its env, its conversation so far and how it stands."""
+
+    index: int
+    task: Task
+    sample: int
+    seed: int
+    env: Env
+    conversation: Conversation
+    steps: int = 0
+    last: StepResult | None = None
+    truncated_by_lengths: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def rollout(
+    policy: Policy,
+    envs: EnvPool | Callable[[], Env],
+    tasks: Sequence[Task],
+    *,
+    sampling: Sampling | None = None,
+    samples: int = 1,
+    batch_size: int = 32,
+    seed: int = 0,
+    agent: str | None = None,
+    max_length: int | None = None,
+    progress: bool = True,
+    description: str = "rollout",
+) -> list[Trajectory]:
+    """Play `samples` episodes of every task with `policy`; trajectories in task order.
+
+    `envs` is an `EnvPool` (kept open for the caller's next rollout) or a zero-argument env
+    factory (a pool is made and closed here). `max_length` caps prompt + reply tokens
+    (default: the policy's context); older exchanges are dropped to fit.
+    """
+    if samples < 1 or batch_size < 1:
+        raise ValueError(f"samples and batch_size must be at least 1, got {samples}, {batch_size}.")
+    sampling = sampling or Sampling()
+    agent = agent or policy.name
+    limit = min(max_length or policy.max_context, policy.max_context)
+    budget = limit - sampling.max_new_tokens
+    if budget < 1:
+        raise ValueError(
+            f"max_new_tokens={sampling.max_new_tokens} leaves no room for a prompt in a "
+            f"context of {limit} tokens: lower max_new_tokens or raise max_length."
+        )
+    pool = envs if isinstance(envs, EnvPool) else EnvPool(envs)
+    queue = deque((task, k) for task in tasks for k in range(samples))
+    total = len(queue)
+    results: list[Trajectory | None] = [None] * total
+    live: list[_Episode] = []
+    meta = {"policy": policy.name, "sampling": sampling.to_dict(), "rollout_seed": seed}
+    bar = _Progress(description, total, enabled=progress)
+    try:
+        next_index = 0
+        while queue or live:
+            while queue and len(live) < batch_size:
+                task, k = queue.popleft()
+                live.append(_start(pool, policy.tokenizer, task, k, next_index, seed))
+                next_index += 1
+            prompts, waiting, finished = [], [], []
+            for ep in live:
+                try:
+                    prompts.append(ep.conversation.prompt_ids(budget))
+                    waiting.append(ep)
+                except ContextTooLongError as exc:
+                    ep.metadata["error"] = f"context: {exc}"
+                    finished.append(ep)
+            seeds = [_step_seed(ep.seed, ep.steps) for ep in waiting]
+            completions = policy.generate(prompts, sampling, seeds=seeds) if prompts else []
+            for ep, completion in zip(waiting, completions, strict=True):
+                ep.truncated_by_lengths += completion.finish_reason == "length"
+                if _advance(pool, ep, completion.text):
+                    finished.append(ep)
+            bar.steps(len(waiting))
+            for ep in finished:
+                results[ep.index] = _trajectory(ep, agent, meta)
+                if "env_error" not in ep.metadata:
+                    pool.release(ep.env)
+                bar.done(results[ep.index].reward)
+            gone = {id(ep) for ep in finished}
+            live = [ep for ep in live if id(ep) not in gone]
+    finally:
+        bar.close()
+        for ep in live:  # an exception mid-rollout: hand the envs back for the pool to close
+            pool.release(ep.env)
+        if pool is not envs:
+            pool.close()
+    return [t for t in results if t is not None]
+
+
+def _start(
+    pool: EnvPool, tokenizer: Any, task: Task, sample: int, index: int, seed: int
+) -> _Episode:
+    env = pool.acquire()
+    ep_seed = episode_seed(seed, task.id, sample)
+    try:
+        observation, _ = env.reset(task, seed=ep_seed)
+    except Exception:
+        pool.discard(env)
+        raise
+    conversation = Conversation(tokenizer)
+    conversation.append(Turn("user", opening_message(env, observation)))
+    return _Episode(index, task, sample, ep_seed, env, conversation)
+
+
+def _advance(pool: EnvPool, ep: _Episode, reply: str) -> bool:
+    """Step the env with the reply and record both turns; True when the episode is over."""
+    ep.conversation.append(Turn("assistant", reply))
+    ep.steps += 1
+    try:
+        ep.last = ep.env.step(reply)
+    except Exception as exc:  # a crashed env ends this episode only; the env is not reused
+        ep.metadata["env_error"] = f"{type(exc).__name__}: {exc}"
+        pool.discard(ep.env)
+        return True
+    if ep.last.done:
+        return True
+    ep.conversation.append(Turn("user", observation_message(ep.last.observation)))
+    return False
+
+
+def _trajectory(ep: _Episode, agent: str, meta: dict[str, Any]) -> Trajectory:
+    last = ep.last
+    ended_by_env = last is not None and last.done
+    return Trajectory(
+        task=ep.task,
+        agent=agent,
+        turns=tuple(ep.conversation.turns),
+        reward=float(last.reward) if ended_by_env else 0.0,
+        terminated=bool(last.terminated) if ended_by_env else False,
+        # Cut short by the context or a crashed env counts as truncated: the task did not end.
+        truncated=bool(last.truncated) if ended_by_env else True,
+        steps=ep.steps,
+        metadata={
+            **meta,
+            "seed": ep.seed,
+            "sample": ep.sample,
+            "replies_cut_by_max_new_tokens": ep.truncated_by_lengths,
+            "info": last.info if last is not None else {},
+            "final_observation": last.observation if last is not None else "",
+            **ep.metadata,
+        },
+    )
+
+
+class _Progress:
+    """A rich bar: episodes done, mean reward, generation steps per second."""
+
+    def __init__(self, description: str, total: int, *, enabled: bool) -> None:
+        self.enabled = enabled and total > 0
+        self.rewards: list[float] = []
+        self.n_steps = 0
+        self.start = time.perf_counter()
+        if not self.enabled:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("reward {task.fields[reward]}"),
+            TextColumn("{task.fields[rate]} steps/s"),
+            TimeElapsedColumn(),
+        )
+        self.task = self.progress.add_task(description, total=total, reward="-", rate="-")
+        self.progress.start()
+
+    def steps(self, n: int) -> None:
+        self.n_steps += n
+        self._refresh(0)
+
+    def done(self, reward: float) -> None:
+        self.rewards.append(reward)
+        self._refresh(1)
+
+    def _refresh(self, advance: int) -> None:
+        if not self.enabled:
+            return
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        mean = sum(self.rewards) / len(self.rewards) if self.rewards else float("nan")
+        self.progress.update(
+            self.task,
+            advance=advance,
+            reward="-" if not self.rewards else f"{mean:.3f}",
+            rate=f"{self.n_steps / elapsed:.1f}",
+        )
+
+    def close(self) -> None:
+        if self.enabled:
+            self.progress.stop()
