@@ -16,12 +16,12 @@ from coevo.envs.sciworld.thoughts import thought_for
     ("lengths", "expected"),
     [
         ([], 10),  # no gold path measured: the floor
-        ([5, 6], 10),  # 1.5 * 6 = 9 -> 10, the floor
-        ([10], 15),  # 15 exactly
-        ([11], 20),  # 16.5 -> next multiple of 5
-        ([39, 20], 60),  # the longest path decides: 58.5 -> 60
-        ([63], 95),  # 94.5 -> 95
-        ([80], 120),  # 120 exactly
+        ([2, 4], 10),  # 2 * 4 = 8 -> 10, the floor
+        ([5], 10),  # 10 exactly
+        ([8], 20),  # 16 -> next multiple of 5
+        ([39, 20], 80),  # the longest path decides: 78 -> 80
+        ([41], 85),  # 82 -> 85
+        ([60], 120),  # 120 exactly
         ([178], 120),  # the ceiling
     ],
 )

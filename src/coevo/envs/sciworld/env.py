@@ -23,9 +23,8 @@ from coevo.envs.sciworld import protocol
 from coevo.envs.sciworld.manifest import (
     GoldCache,
     GoldRecord,
-    cache_dir,
     load_manifest,
-    protocol_key,
+    version_dir,
 )
 from coevo.envs.sciworld.simulator import Simulator, SimulatorError
 from coevo.envs.sciworld.thoughts import thought_for
@@ -63,23 +62,24 @@ class SciWorldEnv:
         self,
         max_steps: int | None = None,
         timeout: float = 30.0,
-        cache: str | None = None,
+        cache_dir: str | None = None,
         data: str | None = None,
     ) -> None:
         """`max_steps` overrides every type's budget; `timeout` bounds one simulator call (s);
-        `cache` (or `data`, the CLI's --data) is the cache root instead of $COEVO_CACHE."""
+        `cache_dir` (or `data`, the CLI's --data) is the cache root instead of $COEVO_CACHE
+        (the manifest and gold verdicts go to `<root>/sciworld/<version>/`)."""
         if max_steps is not None and max_steps < 1:
             raise EnvError(f"max_steps must be at least 1, got {max_steps}.")
         self._override = max_steps
         self.sim = Simulator(timeout=timeout)
-        root = cache or data
+        root = cache_dir or data
         try:
             self.manifest, self.manifest_source = load_manifest(self.sim, root)
         except BaseException:
             self.sim.close()
             raise
         self.types: dict[str, dict[str, Any]] = self.manifest["types"]
-        self.gold = GoldCache(cache_dir(self.sim.version, root) / f"gold-{protocol_key()}.jsonl")
+        self.gold = GoldCache(version_dir(self.sim.version, root) / "gold.jsonl")
         self._tasks: dict[str, list[Task]] = {}
         self._excluded_logged = False
         self._clock = EpisodeClock(self._default_budget())
@@ -213,27 +213,35 @@ class SciWorldEnv:
 
     def gold_record(self, task: Task) -> GoldRecord:
         """The task's gold path and its replay verdict, from the cache or checked now."""
+        budget = int(task.data["max_steps"])
         record = self.gold.get(task.id)
-        if record is not None:
+        if record is not None and record.budget == budget:
             return record
         shipped = self.manifest["gold"].get(task.id)
-        if shipped is not None:
+        if record is None and shipped is not None and shipped.get("budget") == budget:
             # Checked when the manifest was made, on this same scienceworld version.
             return GoldRecord.from_dict(shipped)
-        name, variation = task.data["task_name"], task.data["variation"]
-        actions = tuple(self.sim.gold_actions(name, variation, protocol.SIMPLIFICATION))
+        if record is not None:
+            actions = record.actions  # known path, new budget: replay only
+        else:
+            name, variation = task.data["task_name"], task.data["variation"]
+            try:
+                actions = tuple(self.sim.gold_actions(name, variation, protocol.SIMPLIFICATION))
+            except SimulatorError as exc:
+                raise EnvError(f"Could not get the gold path of {task.id}: {exc}.") from exc
         record = self._replay_gold(task, actions)
+        self.gold.put(record)
         if not record.valid:
             log.warning("sciworld: excluding the gold path of %s: %s", task.id, record.reason)
-        self.gold.put(record)
-        self._tasks.clear()  # the next tasks() call leaves an invalid path's task out
+            self._tasks.clear()  # the next tasks() call leaves this task out
         return record
 
     def _replay_gold(self, task: Task, actions: tuple[str, ...]) -> GoldRecord:
-        if not actions:
-            return GoldRecord(task.id, actions, False, 0.0, 0, "the simulator gave no gold path")
         # Judged against the type's own budget, whatever `max_steps` override this env has.
-        self._start(task, int(task.data["max_steps"]))
+        budget = int(task.data["max_steps"])
+        if not actions:
+            return GoldRecord(task.id, actions, False, 0.0, 0, "no gold path", budget)
+        self._start(task, budget)
         result: StepResult | None = None
         for action in actions:
             result = self.step(action)
@@ -243,19 +251,22 @@ class SciWorldEnv:
         assert result is not None
         steps = int(result.info["step"])
         if result.reward >= 1.0 and result.terminated:
-            return GoldRecord(task.id, actions, True, result.reward, steps)
+            return GoldRecord(task.id, actions, True, result.reward, steps, None, budget)
         if "error" in result.info:
-            reason = f"the simulator failed during the replay ({result.info['error_message']})"
-        elif result.truncated:
+            # A JVM failure says nothing about the path: not cached, checked again next time.
+            raise EnvError(
+                f"Could not replay the gold path of {task.id}: {result.info['error_message']}."
+            )
+        if result.truncated:
             reason = (
-                f"its {len(actions)} steps exceed the type's budget of {task.data['max_steps']} "
+                f"its {len(actions)} steps exceed the type's budget of {budget} "
                 f"(score {result.info['best_score']} when the budget ran out)"
             )
         elif result.terminated:
             reason = f"the episode ended at step {steps} with score {result.info['best_score']}"
         else:
             reason = f"all {len(actions)} actions replayed, best score {result.info['best_score']}"
-        return GoldRecord(task.id, actions, False, result.reward, steps, reason)
+        return GoldRecord(task.id, actions, False, result.reward, steps, reason, budget)
 
     def close(self) -> None:
         self.sim.close()

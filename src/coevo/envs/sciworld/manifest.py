@@ -11,7 +11,9 @@ so it is done once per scienceworld version:
    `$COEVO_CACHE/sciworld/<version>/` (default `~/.cache/coevo/sciworld/<version>/`).
 
 Gold action sequences and their replay verdicts found at run time are appended to `gold.jsonl`
-in the same cache directory, one JSON object per line, so a killed run loses nothing.
+in the same cache directory, one JSON object per line, so a killed run loses nothing. A verdict
+records the budget it was reached under: when the protocol's budgets change, the cached action
+sequences (the expensive part) are replayed under the new budget, not generated again.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def protocol_key() -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def cache_dir(version: str, root: str | Path | None = None) -> Path:
+def version_dir(version: str, root: str | Path | None = None) -> Path:
     """Where this scienceworld version's manifest and gold cache live."""
     if root is None:
         root = os.environ.get("COEVO_CACHE") or Path.home() / ".cache" / "coevo"
@@ -81,7 +83,7 @@ def load_manifest(
     shipped = SHIPPED / name
     if shipped.exists():
         return read_json_gz(shipped), str(shipped)
-    cached = cache_dir(sim.version, root) / name
+    cached = version_dir(sim.version, root) / name
     if cached.exists():
         return read_json_gz(cached), str(cached)
     log.warning(
@@ -175,6 +177,8 @@ class GoldRecord:
     reward: float
     steps: int
     reason: str | None = None
+    budget: int | None = None
+    """The step budget the verdict was reached under; another budget means another replay."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -184,6 +188,7 @@ class GoldRecord:
             "reward": self.reward,
             "steps": self.steps,
             "reason": self.reason,
+            "budget": self.budget,
         }
 
     @classmethod
@@ -195,6 +200,7 @@ class GoldRecord:
             reward=float(d["reward"]),
             steps=int(d["steps"]),
             reason=d.get("reason"),
+            budget=d.get("budget"),
         )
 
 

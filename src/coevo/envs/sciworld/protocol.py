@@ -9,8 +9,10 @@
   fixed seed (a string seed per split and type, so adding a type never reshuffles another).
   The evaluation caps are the papers' 10; the train cap is chosen so that the train split lands
   near the papers' size (see README).
-- Step budget of a type = 1.5 x the longest sampled gold path, rounded up to a multiple of 5 and
-  clipped to [10, 120]: room for an agent that errs a little, never more than the papers' 120.
+- Step budget of a type = 2 x the longest sampled gold path, rounded up to a multiple of 5 and
+  clipped to [10, 120]: room for an agent that errs, and for the unseen variations, whose gold
+  paths run longer than the train sample (1.5 x left 18% of the first test paths over budget);
+  never more than the papers' 120.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ CAPS = {"train": 90, "test_seen": 10, "test_unseen": 10}
 SEED = 0
 GOLD_SAMPLE = 5
 """Train variations per type whose gold paths define the type's length and budget."""
-BUDGET_FACTOR = 1.5
+BUDGET_FACTOR = 2.0
 BUDGET_MIN, BUDGET_MAX = 10, 120
 
 
