@@ -1,0 +1,351 @@
+"""The trajectory store: one SQLite file (WAL) per run with tasks, trajectories and pairs.
+
+Every `add_*` call is one transaction: a batch is either all there or not there at all, so a
+run killed at any moment (kill -9 included) loses nothing it had committed and never leaves half
+a batch. Commits are fully synchronous: they survive the process dying mid-write.
+
+    with Store(run_dir) as store:
+        ids = store.add_trajectories(rollouts, iteration=1)
+        store.add_pairs(pairs, iteration=1)
+        failures = store.trajectories(iteration=1, agent="target", max_reward=0.99)
+
+Pairs point at trajectory rows; a pair's trajectories (an expert demonstration, say) are stored
+with it when they are not in the store yet, matched by content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coevo.trajectory import Pair, Task, Trajectory, Turn
+
+FILENAME = "store.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    env TEXT NOT NULL,
+    id TEXT NOT NULL,
+    split TEXT NOT NULL,
+    instruction TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (env, id)
+);
+CREATE TABLE IF NOT EXISTS trajectories (
+    id INTEGER PRIMARY KEY,
+    run TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    agent TEXT NOT NULL,
+    env TEXT NOT NULL,
+    task TEXT NOT NULL,
+    split TEXT NOT NULL,
+    reward REAL NOT NULL,
+    terminated INTEGER NOT NULL,
+    truncated INTEGER NOT NULL,
+    steps INTEGER NOT NULL,
+    turns TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    content TEXT NOT NULL,
+    created REAL NOT NULL,
+    FOREIGN KEY (env, task) REFERENCES tasks (env, id)
+);
+CREATE INDEX IF NOT EXISTS trajectories_by_iteration ON trajectories (iteration, agent, split);
+CREATE INDEX IF NOT EXISTS trajectories_by_task ON trajectories (env, task);
+CREATE INDEX IF NOT EXISTS trajectories_by_content ON trajectories (content);
+CREATE TABLE IF NOT EXISTS pairs (
+    id INTEGER PRIMARY KEY,
+    run TEXT NOT NULL,
+    iteration INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    chosen INTEGER NOT NULL REFERENCES trajectories (id),
+    rejected INTEGER NOT NULL REFERENCES trajectories (id),
+    weight REAL NOT NULL,
+    sft_weight REAL NOT NULL,
+    metadata TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS pairs_by_iteration ON pairs (iteration, kind);
+"""
+
+
+class StoreError(Exception):
+    """A user-facing problem opening or reading a store: names the thing and the fix."""
+
+
+@dataclass(frozen=True)
+class StoredTrajectory:
+    """A trajectory with its row id and the iteration it was stored under."""
+
+    id: int
+    iteration: int
+    trajectory: Trajectory
+
+
+@dataclass(frozen=True)
+class StoredPair:
+    """A pair with its row id, iteration and the row ids of its two trajectories."""
+
+    id: int
+    iteration: int
+    chosen_id: int
+    rejected_id: int
+    pair: Pair
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _content_key(trajectory: Trajectory) -> str:
+    return hashlib.blake2b(trajectory.to_json().encode(), digest_size=16).hexdigest()
+
+
+def store_path(path: Path | str) -> Path:
+    """The store file of a run directory (or `path` itself when it names a file)."""
+    path = Path(path)
+    return path if path.suffix in (".sqlite", ".db") else path / FILENAME
+
+
+class Store:
+    """A run's SQLite store; `run` names the run in every row (default: the directory name)."""
+
+    def __init__(self, path: Path | str, *, run: str | None = None, create: bool = True) -> None:
+        self.path = store_path(path)
+        if not self.path.exists():
+            if not create:
+                raise StoreError(
+                    f"No store at {str(self.path)!r}: pass a run directory that a coevo run "
+                    "has written to."
+                )
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.run = run or self.path.parent.name
+        # Autocommit mode: each batch opens its own explicit transaction below.
+        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(SCHEMA)
+
+    # -- writing ----------------------------------------------------------------------
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def add_tasks(self, tasks: Iterable[Task]) -> None:
+        with self._transaction() as db:
+            self._insert_tasks(db, tasks)
+
+    @staticmethod
+    def _insert_tasks(db: sqlite3.Connection, tasks: Iterable[Task]) -> None:
+        db.executemany(
+            "INSERT OR IGNORE INTO tasks (env, id, split, instruction, data) VALUES (?, ?, ?, ?, ?)",
+            [(t.env, t.id, t.split, t.instruction, _json(t.data)) for t in tasks],
+        )
+
+    def add_trajectories(
+        self, trajectories: Sequence[Trajectory], *, iteration: int = 0
+    ) -> list[int]:
+        """Store a batch in one transaction; returns the new row ids in order."""
+        with self._transaction() as db:
+            return self._insert_trajectories(db, trajectories, iteration)
+
+    def _insert_trajectories(
+        self, db: sqlite3.Connection, trajectories: Sequence[Trajectory], iteration: int
+    ) -> list[int]:
+        self._insert_tasks(db, {(t.task.env, t.task.id): t.task for t in trajectories}.values())
+        now = time.time()
+        ids = []
+        for t in trajectories:
+            cursor = db.execute(
+                "INSERT INTO trajectories (run, iteration, agent, env, task, split, reward, "
+                "terminated, truncated, steps, turns, metadata, content, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    self.run,
+                    iteration,
+                    t.agent,
+                    t.task.env,
+                    t.task.id,
+                    t.task.split,
+                    float(t.reward),
+                    int(t.terminated),
+                    int(t.truncated),
+                    int(t.steps),
+                    _json([turn.to_dict() for turn in t.turns]),
+                    _json(t.metadata),
+                    _content_key(t),
+                    now,
+                ),
+            )
+            ids.append(int(cursor.lastrowid))
+        return ids
+
+    def add_pairs(self, pairs: Sequence[Pair], *, iteration: int = 0) -> list[int]:
+        """Store a batch of pairs (and any of their trajectories not stored yet) at once."""
+        with self._transaction() as db:
+            known: dict[str, int] = {}
+            for pair in pairs:
+                for t in (pair.chosen, pair.rejected):
+                    key = _content_key(t)
+                    if key in known:
+                        continue
+                    row = db.execute(
+                        "SELECT id FROM trajectories WHERE content = ? ORDER BY id LIMIT 1", (key,)
+                    ).fetchone()
+                    known[key] = row[0] if row else self._insert_trajectories(db, [t], iteration)[0]
+            now = time.time()
+            ids = []
+            for pair in pairs:
+                cursor = db.execute(
+                    "INSERT INTO pairs (run, iteration, kind, chosen, rejected, weight, "
+                    "sft_weight, metadata, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        self.run,
+                        iteration,
+                        pair.kind,
+                        known[_content_key(pair.chosen)],
+                        known[_content_key(pair.rejected)],
+                        float(pair.weight),
+                        float(pair.sft_weight),
+                        _json(pair.metadata),
+                        now,
+                    ),
+                )
+                ids.append(int(cursor.lastrowid))
+            return ids
+
+    # -- reading ----------------------------------------------------------------------
+
+    def _tasks(self) -> dict[tuple[str, str], Task]:
+        rows = self._db.execute("SELECT env, id, split, instruction, data FROM tasks")
+        return {
+            (env, id_): Task(id_, env, split, instruction, json.loads(data))
+            for env, id_, split, instruction, data in rows
+        }
+
+    def stored_trajectories(
+        self,
+        *,
+        iteration: int | None = None,
+        agent: str | None = None,
+        split: str | None = None,
+        task: str | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+    ) -> Iterator[StoredTrajectory]:
+        """Stored trajectories matching every filter given, in insertion order."""
+        where, args = [], []
+        for column, op, value in (
+            ("iteration", "=", iteration),
+            ("agent", "=", agent),
+            ("split", "=", split),
+            ("task", "=", task),
+            ("reward", ">=", min_reward),
+            ("reward", "<=", max_reward),
+        ):
+            if value is not None:
+                where.append(f"{column} {op} ?")
+                args.append(value)
+        sql = (
+            "SELECT id, iteration, agent, env, task, reward, terminated, truncated, steps, "
+            "turns, metadata FROM trajectories"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        tasks = self._tasks()
+        for row in self._db.execute(sql + " ORDER BY id", args).fetchall():
+            yield self._row_to_stored(row, tasks)
+
+    @staticmethod
+    def _row_to_stored(row: tuple, tasks: dict[tuple[str, str], Task]) -> StoredTrajectory:
+        id_, iteration, agent, env, task, reward, terminated, truncated, steps, turns, meta = row
+        trajectory = Trajectory(
+            task=tasks[(env, task)],
+            agent=agent,
+            turns=tuple(Turn.from_dict(t) for t in json.loads(turns)),
+            reward=reward,
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            steps=steps,
+            metadata=json.loads(meta),
+        )
+        return StoredTrajectory(id_, iteration, trajectory)
+
+    def trajectories(self, **filters: Any) -> list[Trajectory]:
+        """Trajectories matching the filters of `stored_trajectories`."""
+        return [s.trajectory for s in self.stored_trajectories(**filters)]
+
+    def stored_pairs(
+        self, *, iteration: int | None = None, kind: str | None = None
+    ) -> Iterator[StoredPair]:
+        where, args = [], []
+        for column, value in (("iteration", iteration), ("kind", kind)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        sql = (
+            "SELECT id, iteration, kind, chosen, rejected, weight, sft_weight, metadata FROM pairs"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
+        wanted = sorted({r[3] for r in rows} | {r[4] for r in rows})
+        by_id = self._trajectories_by_id(wanted)
+        for id_, iteration_, kind_, chosen, rejected, weight, sft_weight, meta in rows:
+            pair = Pair(by_id[chosen], by_id[rejected], kind_, weight, sft_weight, json.loads(meta))
+            yield StoredPair(id_, iteration_, chosen, rejected, pair)
+
+    def _trajectories_by_id(self, ids: list[int]) -> dict[int, Trajectory]:
+        tasks = self._tasks()
+        out: dict[int, Trajectory] = {}
+        for start in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+            chunk = ids[start : start + 500]
+            rows = self._db.execute(
+                "SELECT id, iteration, agent, env, task, reward, terminated, truncated, steps, "
+                f"turns, metadata FROM trajectories WHERE id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            )
+            for row in rows:
+                out[row[0]] = self._row_to_stored(row, tasks).trajectory
+        return out
+
+    def pairs(self, **filters: Any) -> list[Pair]:
+        return [s.pair for s in self.stored_pairs(**filters)]
+
+    def count(self, table: str = "trajectories") -> int:
+        if table not in ("tasks", "trajectories", "pairs"):
+            raise ValueError(f"Unknown table {table!r}: use tasks, trajectories or pairs.")
+        return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+    def iterations(self) -> list[int]:
+        rows = self._db.execute("SELECT DISTINCT iteration FROM trajectories ORDER BY iteration")
+        return [r[0] for r in rows]
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (the batch leaves no trace)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.db.execute("ROLLBACK" if exc_type is not None else "COMMIT")

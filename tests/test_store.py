@@ -1,0 +1,178 @@
+"""The trajectory store: batches are atomic, a kill -9 loses nothing committed, exports round-trip."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from coevo.export import (
+    export,
+    read_jsonl,
+    read_parquet_pairs,
+    read_parquet_trajectories,
+    turns_from_sharegpt,
+)
+from coevo.store import Store, StoreError
+from coevo.trajectory import Pair, Task, Trajectory, Turn
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_trajectory(
+    i: int, reward: float, agent: str = "target", split: str = "train"
+) -> Trajectory:
+    task = Task(
+        f"toy/{split}/{i % 3}", "toy", split, f"Type word {i % 3}.", {"word": "fig", "n": [1, 2]}
+    )
+    turns = (
+        Turn("user", "Type the word.\n\nInstruction: Type fig."),
+        Turn("assistant", "Thought: I check.\nAction: look"),
+        Turn("user", "Observation: The word is fig."),
+        Turn("assistant", f"Thought: café {i}.\nAction: type[f{i}]"),
+    )
+    meta = {"seed": i, "sampling": {"temperature": 0.7}, "info": {"breakdown": [1, 0.5]}}
+    return Trajectory(task, agent, turns, reward, True, False, 2, meta)
+
+
+def test_trajectories_and_pairs_round_trip(tmp_path):
+    trajs = [make_trajectory(i, i / 10) for i in range(6)]
+    expert = make_trajectory(0, 1.0, agent="expert").with_metadata(seed=None)
+    with Store(tmp_path / "run") as store:
+        ids = store.add_trajectories(trajs, iteration=1)
+        assert ids == sorted(ids) and len(ids) == 6
+        pairs = [
+            Pair(expert, trajs[0], "expert_vs_target", 0.5, 0.1, {"why": "test"}),
+            Pair(trajs[3], trajs[0], "failure_vs_failure"),
+        ]
+        store.add_pairs(pairs, iteration=1)
+        assert store.count("trajectories") == 7  # the expert joined; trajs[0], trajs[3] reused
+        assert store.trajectories(iteration=1, agent="target") == trajs
+        assert store.trajectories(max_reward=0.25) == trajs[:3]
+        assert store.trajectories(task="toy/train/1") == [trajs[1], trajs[4]]
+        assert store.pairs() == pairs
+        assert store.pairs(kind="failure_vs_failure") == pairs[1:]
+        assert store.iterations() == [1]
+    with Store(tmp_path / "run") as reopened:
+        assert reopened.trajectories(agent="target") == trajs
+        assert reopened.run == "run"
+
+
+def test_a_failing_batch_leaves_no_trace(tmp_path):
+    good = [make_trajectory(i, 1.0) for i in range(3)]
+    bad = good[0].with_metadata(unserialisable=object())
+    with Store(tmp_path) as store:
+        store.add_trajectories(good)
+        with pytest.raises(TypeError):
+            store.add_trajectories([*good, bad])
+        assert store.count() == 3
+
+
+def test_opening_a_missing_store_read_only_names_the_fix(tmp_path):
+    with pytest.raises(StoreError, match="No store at"):
+        Store(tmp_path / "nowhere", create=False)
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    sys.path[:0] = [{root!r}, {tests!r}]
+    from coevo.store import Store
+    from test_store import make_trajectory
+
+    store = Store({path!r})
+    batch = [make_trajectory(i, 0.5) for i in range({size})]
+    for n in range(10_000):
+        print("begin", n, flush=True)
+        store.add_trajectories(batch, iteration=n)
+        print("committed", n, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.003, 0.02])
+def test_kill_9_mid_batch_loses_nothing_committed(tmp_path, delay):
+    size = 400
+    script = WRITER.format(
+        root=str(ROOT / "src"), tests=str(ROOT / "tests"), path=str(tmp_path), size=size
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    committed = -1
+    try:
+        for line in child.stdout:
+            word, n = line.split()
+            if word == "committed":
+                committed = int(n)
+            elif word == "begin" and int(n) == 3:
+                time.sleep(delay)  # land the kill inside batch 3's transaction
+                os.kill(child.pid, signal.SIGKILL)
+                break
+    finally:
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    assert committed == 2
+    with Store(tmp_path) as store:
+        count = store.count()
+        assert count % size == 0  # never half a batch
+        assert count >= (committed + 1) * size  # every acknowledged batch is there
+        assert store.iterations() == list(range(count // size))
+        assert len(store.trajectories(iteration=0)) == size
+
+
+def test_exports_round_trip(tmp_path):
+    trajs = [make_trajectory(i, i / 10, split="test_seen") for i in range(4)]
+    expert = make_trajectory(7, 1.0, agent="expert")
+    expert = Trajectory(trajs[1].task, "expert", expert.turns, 1.0, True, False, 2, {})
+    pairs = [Pair(expert, trajs[1], "expert_vs_target", 1.0, 0.1), Pair(trajs[3], trajs[0], "ff")]
+    with Store(tmp_path / "run") as store:
+        store.add_trajectories(trajs, iteration=2)
+        store.add_pairs(pairs, iteration=2)
+        everything = store.trajectories()
+
+        export(store, "jsonl", tmp_path / "jsonl")
+        lines = read_jsonl(tmp_path / "jsonl" / "trajectories.jsonl")
+        assert [Trajectory.from_dict(d) for d in lines] == everything
+        assert [Pair.from_dict(d) for d in read_jsonl(tmp_path / "jsonl" / "pairs.jsonl")] == pairs
+        assert {d["iteration"] for d in lines} == {2}
+
+        export(store, "parquet", tmp_path / "pq")
+        assert read_parquet_trajectories(tmp_path / "pq" / "trajectories.parquet") == everything
+        assert read_parquet_pairs(tmp_path / "pq" / "pairs.parquet") == pairs
+
+        (path,) = export(store, "sharegpt", tmp_path / "sg")
+        items = json.loads(path.read_text())
+        assert [turns_from_sharegpt(item) for item in items] == [t.turns for t in everything]
+        assert items[0]["conversations"][0]["from"] == "human"
+        assert items[0]["conversations"][1]["from"] == "gpt"
+
+        (path,) = export(store, "trl-dpo", tmp_path / "dpo")
+        rows = read_jsonl(path)
+        for row, pair in zip(rows, pairs, strict=True):
+            assert row["prompt"][-1]["role"] == "user"
+            assert row["chosen"][0]["role"] == row["rejected"][0]["role"] == "assistant"
+            as_turns = [Turn(m["role"], m["content"]) for m in row["prompt"] + row["chosen"]]
+            assert tuple(as_turns) == pair.chosen.turns
+            as_turns = [Turn(m["role"], m["content"]) for m in row["prompt"] + row["rejected"]]
+            assert tuple(as_turns) == pair.rejected.turns
+            assert (row["kind"], row["weight"], row["sft_weight"]) == (
+                pair.kind,
+                pair.weight,
+                pair.sft_weight,
+            )
+        # trajs[3] and trajs[0] share the first exchange: it belongs to the prompt.
+        assert len(rows[1]["prompt"]) == 3
+
+
+def test_empty_store_exports_empty_files(tmp_path):
+    with Store(tmp_path) as store:
+        for fmt in ("jsonl", "parquet", "sharegpt", "trl-dpo"):
+            for path in export(store, fmt, tmp_path / fmt):
+                assert path.exists()
+        assert read_parquet_trajectories(tmp_path / "parquet" / "trajectories.parquet") == []
