@@ -21,6 +21,8 @@ app = typer.Typer(
 )
 env_app = typer.Typer(help="List, check and play environments.", no_args_is_help=True)
 app.add_typer(env_app, name="env")
+model_app = typer.Typer(help="Make local models.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -168,6 +170,63 @@ def _show_trajectory(trajectory) -> None:
         f"reward [bold]{trajectory.reward:.3f}[/] after {trajectory.steps} steps "
         f"(terminated={trajectory.terminated}, truncated={trajectory.truncated})"
     )
+
+
+@model_app.command("init")
+def model_init(
+    env_name: Annotated[str, typer.Option("--env", help="Env whose corpus trains the tokenizer.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory to write the checkpoint to.")],
+    size: Annotated[str, typer.Option(help="nano (~1M), tiny (~3M) or small (~10M).")] = "nano",
+    seed: Annotated[int, typer.Option(help="Seed of the random initialisation.")] = 0,
+    max_tasks: Annotated[int, typer.Option(help="Train tasks making the corpus.")] = 500,
+    data: DataOpt = None,
+    option: OptionOpt = None,
+) -> None:
+    """Train a tokenizer on an env's expert episodes and save a random-init tiny Llama."""
+    from coevo.policy.tiny import SIZES, init_model
+
+    if size not in SIZES:
+        fail(f"unknown model size {size!r}: use one of {', '.join(SIZES)}.")
+    env = open_env(env_name, data, option)
+    try:
+        with console.status("making the model") as status:
+            report = init_model(
+                env, size, out, seed=seed, max_tasks=max_tasks, progress=status.update
+            )
+    finally:
+        env.close()
+    console.print(
+        f"{size} model for {env_name}: {report['parameters']:,} parameters, vocabulary "
+        f"{report['vocab']:,} (from {report['corpus_texts']:,} texts) -> {report['out']}"
+    )
+
+
+@app.command("export")
+def export_run(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory holding store.sqlite.")],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="jsonl, parquet, sharegpt or trl-dpo.")
+    ] = "jsonl",
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Output directory [RUN_DIR/export/FORMAT].")
+    ] = None,
+) -> None:
+    """Export a run's trajectories and pairs for use elsewhere (ETO's ShareGPT, TRL DPO, ...)."""
+    from coevo.export import FORMATS, export
+    from coevo.store import Store, StoreError
+
+    if fmt not in FORMATS:
+        fail(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}.")
+    try:
+        store = Store(run_dir, create=False)
+    except StoreError as exc:
+        fail(str(exc))
+    with store:
+        paths = export(store, fmt, out or run_dir / "export" / fmt)
+        counts = f"{store.count('trajectories'):,} trajectories, {store.count('pairs'):,} pairs"
+    console.print(f"exported {counts} as {fmt}:")
+    for path in paths:
+        console.print(f"  {path}")
 
 
 @app.command()
