@@ -19,7 +19,7 @@ from coevo.envs import SPLITS, EnvError, EpisodeFinishedError
 from coevo.envs.episode import expert_trajectory
 from coevo.envs.react import FORMAT_ERROR
 from coevo.envs.sciworld import SciWorldEnv
-from coevo.envs.sciworld.manifest import GoldCache
+from coevo.envs.sciworld.manifest import GoldCache, GoldRecord
 from coevo.trajectory import Task
 
 pytest.importorskip("scienceworld")
@@ -147,9 +147,23 @@ def test_overlong_gold_path_is_excluded_with_a_logged_reason(
     ):
         env.expert(task)
     assert "excluding the gold path of sciworld/train/too-short" in caplog.text
-    assert "sciworld/train/too-short" in env.excluded()
     # The verdict is on disk: a new cache reads it back without the simulator.
-    assert not GoldCache(tmp_path / "gold.jsonl").get(task.id).valid
+    assert GoldCache(tmp_path / "gold.jsonl").invalid_ids() == {task.id}
+
+
+def test_tasks_leave_out_a_task_whose_gold_path_failed(
+    env: SciWorldEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(env, "gold", GoldCache(tmp_path / "gold.jsonl"))
+    task = env.tasks("test_seen")[3]
+    budget = task.data["max_steps"]
+    # A verdict under another budget does not count; one under the task's budget does.
+    env.gold.put(GoldRecord(task.id, ("look around",), False, 0.0, 1, "stale", budget + 5))
+    assert task in env.tasks("test_seen")
+    env.gold.put(GoldRecord(task.id, ("look around",), False, 0.0, 1, "replay failed", budget))
+    assert task not in env.tasks("test_seen") and env.excluded()[task.id] == "replay failed"
+    with pytest.raises(EnvError, match="replay failed"):
+        env.expert(task)
 
 
 def test_killed_jvm_ends_the_episode_and_the_env_recovers(env: SciWorldEnv) -> None:

@@ -78,7 +78,7 @@ def main() -> None:
             gold = {}
             for t in env.manifest["tasks"]:
                 record = env.gold.get(t["id"])
-                if record is not None:
+                if record is not None and record.budget == env.types[t["task_name"]]["budget"]:
                     gold[t["id"]] = record.to_dict()
             env.manifest["gold"] = gold
             path = SHIPPED / manifest_name(env.sim.version)

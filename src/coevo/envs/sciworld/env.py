@@ -80,7 +80,8 @@ class SciWorldEnv:
             raise
         self.types: dict[str, dict[str, Any]] = self.manifest["types"]
         self.gold = GoldCache(version_dir(self.sim.version, root) / "gold.jsonl")
-        self._tasks: dict[str, list[Task]] = {}
+        self._tasks: dict[str, tuple[int, list[Task]]] = {}
+        """split -> (gold cache writes when listed, tasks): relisted after a new verdict."""
         self._excluded_logged = False
         self._clock = EpisodeClock(self._default_budget())
         self._task: Task | None = None
@@ -105,21 +106,29 @@ class SciWorldEnv:
 
     def excluded(self) -> dict[str, str]:
         """Task id -> why its gold path is excluded, from the manifest and this machine's cache."""
-        reasons = {k: v["reason"] for k, v in self.manifest["gold"].items() if not v["valid"]}
+        budgets = {t["id"]: self.types[t["task_name"]]["budget"] for t in self.manifest["tasks"]}
+        # Only verdicts reached under the task's current budget count.
+        reasons = {
+            k: v["reason"]
+            for k, v in self.manifest["gold"].items()
+            if not v["valid"] and v.get("budget") == budgets.get(k)
+        }
         for task_id in self.gold.invalid_ids():
             record = self.gold.get(task_id)
-            reasons.setdefault(task_id, record.reason if record else "invalid gold path")
+            if record is not None and record.budget == budgets.get(task_id):
+                reasons[task_id] = record.reason or "invalid gold path"
         return reasons
 
     def tasks(self, split: str) -> list[Task]:
         check_split(split)
-        if split not in self._tasks:
+        cached = self._tasks.get(split)
+        if cached is None or cached[0] != self.gold.writes:
             excluded = self.excluded()
             if excluded and not self._excluded_logged:
                 self._excluded_logged = True
                 log.info("sciworld: %d tasks excluded for their gold paths", len(excluded))
             rows = [t for t in self.manifest["tasks"] if t["split"] == split]
-            self._tasks[split] = [
+            listed = [
                 Task(
                     id=t["id"],
                     env=self.name,
@@ -134,7 +143,8 @@ class SciWorldEnv:
                 for t in interleave(rows)
                 if t["id"] not in excluded
             ]
-        return list(self._tasks[split])
+            self._tasks[split] = cached = (self.gold.writes, listed)
+        return list(cached[1])
 
     # -- episodes --------------------------------------------------------------------------
 
@@ -233,7 +243,6 @@ class SciWorldEnv:
         self.gold.put(record)
         if not record.valid:
             log.warning("sciworld: excluding the gold path of %s: %s", task.id, record.reason)
-            self._tasks.clear()  # the next tasks() call leaves this task out
         return record
 
     def _replay_gold(self, task: Task, actions: tuple[str, ...]) -> GoldRecord:

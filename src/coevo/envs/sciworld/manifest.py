@@ -209,6 +209,8 @@ class GoldCache:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.writes = 0
+        """Bumped by every `put`, so readers know when their derived lists are stale."""
         self._records: dict[str, GoldRecord] = {}
         if path.exists():
             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -227,6 +229,7 @@ class GoldCache:
 
     def put(self, record: GoldRecord) -> None:
         self._records[record.id] = record
+        self.writes += 1
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record.to_dict()) + "\n")
