@@ -176,3 +176,23 @@ def test_empty_store_exports_empty_files(tmp_path):
             for path in export(store, fmt, tmp_path / fmt):
                 assert path.exists()
         assert read_parquet_trajectories(tmp_path / "parquet" / "trajectories.parquet") == []
+
+
+def test_export_command(tmp_path):
+    from typer.testing import CliRunner
+
+    from coevo.cli import app
+
+    run = tmp_path / "run"
+    with Store(run) as store:
+        store.add_trajectories([make_trajectory(i, 0.5) for i in range(3)])
+    runner = CliRunner()
+    result = runner.invoke(app, ["export", str(run), "--format", "sharegpt"])
+    assert result.exit_code == 0, result.output
+    assert "3 trajectories" in result.output
+    assert len(json.loads((run / "export" / "sharegpt" / "sharegpt.json").read_text())) == 3
+    result = runner.invoke(app, ["export", str(run), "--format", "csv"])
+    assert result.exit_code == 2 and "unknown export format 'csv'" in result.output
+    result = runner.invoke(app, ["export", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "No store at" in result.output
+    assert not (tmp_path / "missing").exists()  # a typo never creates an empty run
