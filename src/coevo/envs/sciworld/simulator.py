@@ -56,16 +56,22 @@ def require_package() -> str:
     return str(__version__)
 
 
-def _close_quietly(raw: Any) -> None:
-    """Shut a package env's gateway down and make sure its java process is gone."""
+def _close_quietly(raw: Any, polite: bool = True) -> None:
+    """Stop a package env's JVM: shut the gateway down, then kill what is left.
+
+    `polite=False` kills first: a hung (or stopped) JVM may never answer the shutdown call.
+    """
     proc = getattr(getattr(raw, "_gateway", None), "java_process", None)
-    # A dead JVM cannot be shut down politely: it is killed below.
+    if not polite and proc is not None and proc.poll() is None:
+        proc.kill()
+    # A dead JVM cannot be shut down politely: it is (or gets) killed either way.
     with contextlib.suppress(Exception):
         raw._gateway.shutdown()
     # The package's own __del__ would try the polite shutdown again on a dead gateway.
     raw.close = lambda: None
     if proc is not None and proc.poll() is None:
         proc.kill()
+    if proc is not None:
         try:
             proc.wait(timeout=10)
         except Exception:
@@ -126,15 +132,15 @@ class Simulator:
 
     def restart(self) -> None:
         """Kill the JVM (whatever state it is in) and start a fresh one."""
-        self._shutdown()
+        self._shutdown(polite=False)
         self.restarts += 1
         self._start()
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, polite: bool = True) -> None:
         raw, pool = self._raw, self._pool
         self._raw = self._server = self._pool = None
         if raw is not None:
-            _close_quietly(raw)
+            _close_quietly(raw, polite)
         if pool is not None:
             # The worker is unblocked by the JVM's death; never wait on it here.
             pool.shutdown(wait=False)
@@ -166,7 +172,7 @@ class Simulator:
             except Exception as exc:  # py4j network/protocol errors or a Java exception
                 kind, message = "died", f"{type(exc).__name__}: {str(exc).strip()[:300]}"
             log.warning("ScienceWorld JVM %s (%s); restarting it", kind, message)
-            self._shutdown()
+            self._shutdown(polite=False)
             self.restarts += 1
             self._start()
             raise SimulatorError(kind, f"the simulator {kind}: {message}; it was restarted")
