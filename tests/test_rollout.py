@@ -153,3 +153,37 @@ def test_random_model_runs_to_the_step_budget(nano_model_dir):
     one = rollout(policy, ToyEnv, tasks, sampling=sampling, batch_size=1, progress=False)
     assert [t.to_dict() for t in out] == [t.to_dict() for t in one]
     assert all(t.truncated and t.steps == 5 for t in out)
+
+
+def test_kept_caches_give_the_same_episodes_as_full_prompts(nano_model_dir):
+    from coevo.policy.hf import HFPolicy
+
+    policy = HFPolicy(nano_model_dir, dtype="float64")
+    tasks = ToyEnv().tasks("test_seen")[:5]
+    sampling = Sampling(temperature=1.0, max_new_tokens=10, logprobs=True)
+    cached = rollout(policy, ToyEnv, tasks, sampling=sampling, batch_size=3, progress=False)
+    assert policy._sessions == {}  # every episode's cache was freed
+    full = rollout(policy, ToyEnv, tasks, sampling=sampling, batch_size=3, cache=False,
+                   progress=False)  # fmt: skip
+    assert [t.to_dict() for t in cached] == [t.to_dict() for t in full]
+
+
+def test_session_reuses_the_cached_prefix(nano_model_dir):
+    from coevo.policy.hf import HFPolicy
+    from coevo.policy.render import render_prompt
+    from coevo.trajectory import Turn
+
+    policy = HFPolicy(nano_model_dir, dtype="float64")
+    sampling = Sampling(max_new_tokens=6, logprobs=True, stop=())
+    first = [Turn("user", "Type fig.")]
+    (a,) = policy.generate([render_prompt(first, policy.tokenizer)], sampling, sessions=["e"])
+    kept = len(policy._sessions["e"].ids)
+    turns = [*first, Turn("assistant", a.text), Turn("user", "Observation: no.")]
+    prompt = render_prompt(turns, policy.tokenizer)
+    (b,) = policy.generate([prompt], sampling, sessions=["e"])
+    (c,) = policy.generate([prompt], sampling)
+    assert kept >= len(render_prompt(first, policy.tokenizer))
+    assert b.token_ids == c.token_ids
+    assert b.logprobs == pytest.approx(c.logprobs, abs=1e-9)
+    policy.end_sessions(["e"])
+    assert policy._sessions == {}

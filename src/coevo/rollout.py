@@ -6,9 +6,11 @@ whole batch, then each env steps. Finished episodes leave and queued ones join a
 
 Prompts come from a `Conversation` per episode holding exactly the turns the Trajectory stores
 (`opening_message`, agent replies, `observation_message`), so generation and training see the
-same text; each round only the new turns are rendered and tokenised. Every episode has its
-own seed (from the rollout seed, the task id and the sample index) and every generation step
-its own derived seed, so a sampled episode does not depend on which others share its batch.
+same text; each round only the new turns are rendered and tokenised, and a policy with
+sessions (HFPolicy) keeps each episode's key/value cache, so the model only runs on the new
+tokens rather than the whole conversation again. Every episode has its own seed (from the
+rollout seed, the task id and the sample index) and every generation step its own derived
+seed, so a sampled episode does not depend on which others share its batch.
 """
 
 from __future__ import annotations
@@ -112,12 +114,14 @@ def rollout(
     max_length: int | None = None,
     progress: bool = True,
     description: str = "rollout",
+    cache: bool = True,
 ) -> list[Trajectory]:
     """Play `samples` episodes of every task with `policy`; trajectories in task order.
 
     `envs` is an `EnvPool` (kept open for the caller's next rollout) or a zero-argument env
     factory (a pool is made and closed here). `max_length` caps prompt + reply tokens
-    (default: the policy's context); older exchanges are dropped to fit.
+    (default: the policy's context); older exchanges are dropped to fit. `cache` lets a
+    policy that supports sessions keep each episode's key/value cache between steps.
     """
     if samples < 1 or batch_size < 1:
         raise ValueError(f"samples and batch_size must be at least 1, got {samples}, {batch_size}.")
@@ -137,6 +141,9 @@ def rollout(
     live: list[_Episode] = []
     meta = {"policy": policy.name, "sampling": sampling.to_dict(), "rollout_seed": seed}
     bar = _Progress(description, total, enabled=progress)
+    # A policy that keeps per-episode caches (HFPolicy) only runs each step's new tokens.
+    reuse_cache = cache and callable(getattr(policy, "end_sessions", None))
+    token = object()  # session keys unique to this call, even when rollouts share a policy
     try:
         next_index = 0
         while queue or live:
@@ -153,7 +160,10 @@ def rollout(
                     ep.metadata["error"] = f"context: {exc}"
                     finished.append(ep)
             seeds = [_step_seed(ep.seed, ep.steps) for ep in waiting]
-            completions = policy.generate(prompts, sampling, seeds=seeds) if prompts else []
+            extra = {"sessions": [(token, ep.index) for ep in waiting]} if reuse_cache else {}
+            completions = (
+                policy.generate(prompts, sampling, seeds=seeds, **extra) if prompts else []
+            )
             for ep, completion in zip(waiting, completions, strict=True):
                 ep.truncated_by_lengths += completion.finish_reason == "length"
                 if _advance(pool, ep, completion.text):
@@ -166,8 +176,12 @@ def rollout(
                 bar.done(results[ep.index].reward)
             gone = {id(ep) for ep in finished}
             live = [ep for ep in live if id(ep) not in gone]
+            if reuse_cache and finished:
+                policy.end_sessions([(token, ep.index) for ep in finished])
     finally:
         bar.close()
+        if reuse_cache:
+            policy.end_sessions([(token, ep.index) for ep in live])
         for ep in live:  # an exception mid-rollout: hand the envs back for the pool to close
             pool.release(ep.env)
         if pool is not envs:

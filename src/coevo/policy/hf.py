@@ -9,7 +9,8 @@ generated token under the model comes for free.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,22 @@ def check_model_dir(path: Path | str, what: str = "model") -> Path:
     return path
 
 
+@dataclass
+class _Session:
+    """What a session key holds: the token ids seen and their per-layer keys and values."""
+
+    ids: list[int]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (kv_heads, len(ids), head_dim)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 class HFPolicy:
     """A causal LM (and optional PEFT LoRA adapter) loaded from local directories."""
 
@@ -68,6 +85,7 @@ class HFPolicy:
         device: str = "auto",
         name: str | None = None,
         merge_adapter: bool = True,
+        max_sessions: int = 1024,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -92,6 +110,8 @@ class HFPolicy:
         eos = model.generation_config.eos_token_id
         stop.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         self.stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=self.device)
+        self.max_sessions = max_sessions
+        self._sessions: dict[Hashable, _Session] = {}
 
     @staticmethod
     def _with_adapter(model: Any, adapter: Path, merge: bool) -> Any:
@@ -113,36 +133,27 @@ class HFPolicy:
         sampling: Sampling,
         *,
         seeds: Sequence[int] | None = None,
+        sessions: Sequence[Hashable] | None = None,
     ) -> list[Completion]:
-        """One completion per prompt (token ids from `render_prompt` with `self.tokenizer`)."""
-        from transformers import DynamicCache
+        """One completion per prompt (token ids from `render_prompt` with `self.tokenizer`).
 
+        `sessions` (one key per prompt, e.g. an episode) keep each row's key/value cache after
+        the call: a later prompt under the same key that extends the tokens already seen
+        (the previous prompt, then the new turns) only runs the model on the new tokens.
+        Call `end_sessions` when an episode is over.
+        """
         n = len(prompts)
         if n == 0:
             return []
-        if seeds is not None and len(seeds) != n:
-            raise ValueError(f"seeds must give one seed per prompt: {len(seeds)} for {n}.")
+        for what, values in (("seeds", seeds), ("sessions", sessions)):
+            if values is not None and len(values) != n:
+                raise ValueError(f"{what} must give one per prompt: {len(values)} for {n}.")
         if any(len(p) == 0 for p in prompts):
             raise ValueError("Every prompt needs at least one token; build it with render_prompt.")
+        prompts = [list(p) for p in prompts]
         generators = self._generators(n, sampling, seeds)
-        width = max(len(p) for p in prompts)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)  # (batch, seq), left-padded
-        attention = torch.zeros((n, width), dtype=torch.long)
-        for i, prompt in enumerate(prompts):
-            ids[i, width - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
-            attention[i, width - len(prompt) :] = 1
-        ids, attention = ids.to(self.device), attention.to(self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (batch, seq)
-        cache = DynamicCache()
-        logits = self.model(
-            input_ids=ids,
-            attention_mask=attention,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits[:, -1, :]  # (batch, vocab)
-        next_position = positions[:, -1:] + 1  # (batch, 1)
+        cache, attention, logits = self._prefill(prompts, sessions)
+        next_position = torch.tensor([[len(p)] for p in prompts], device=self.device)  # (batch, 1)
 
         rows = list(range(n))  # batch row -> prompt index, shrinking as rows finish
         tokens: list[list[int]] = [[] for _ in range(n)]
@@ -165,11 +176,19 @@ class HFPolicy:
             if sampling.stop:
                 self._check_stop_strings(rows, tokens, window, sampling.stop, finish, done_rows)
             if step == sampling.max_new_tokens - 1:
+                done_rows = list(range(len(rows)))
+            if sessions is not None:
+                for b in done_rows:
+                    r = rows[b]
+                    # The last chosen token was never fed to the model: the cache stops before it.
+                    self._keep_session(
+                        sessions[r], prompts[r] + tokens[r][:-1], cache, attention, b
+                    )
+            if len(done_rows) == len(rows):
                 break
             if done_rows:
-                keep = [b for b in range(len(rows)) if b not in set(done_rows)]
-                if not keep:
-                    break
+                gone = set(done_rows)
+                keep = [b for b in range(len(rows)) if b not in gone]
                 index = torch.tensor(keep, dtype=torch.long, device=self.device)
                 cache.batch_select_indices(index)
                 attention, next_position = attention[index], next_position[index]
@@ -185,6 +204,73 @@ class HFPolicy:
             ).logits[:, -1, :]  # (rows, vocab)
             next_position = next_position + 1
         return [self._completion(tokens[i], logps[i], finish[i], sampling) for i in range(n)]
+
+    def _prefill(
+        self, prompts: list[list[int]], sessions: Sequence[Hashable] | None
+    ) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """Run the prompts' uncached tokens; returns the cache, attention mask, next logits.
+
+        Slot layout per row, all rows right-aligned: [pad | cached tokens | pad | new tokens].
+        The mask hides the pads; positions count real tokens only, as they would unbatched.
+        """
+        from transformers import DynamicCache
+
+        n = len(prompts)
+        entries = [self._sessions.get(k) for k in sessions] if sessions else [None] * n
+        reuse = [0] * n
+        for i, entry in enumerate(entries):
+            if entry is not None:
+                same = _common_prefix(entry.ids, prompts[i])
+                reuse[i] = min(same, len(prompts[i]) - 1)  # the last token must run: logits
+        cached_width = max(reuse)
+        new = [p[r:] for p, r in zip(prompts, reuse, strict=True)]
+        width = max(len(x) for x in new)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)  # (batch, new)
+        positions = torch.zeros((n, width), dtype=torch.long)
+        attention = torch.zeros((n, cached_width + width), dtype=torch.long)  # (batch, slots)
+        for i, (fresh, r) in enumerate(zip(new, reuse, strict=True)):
+            ids[i, width - len(fresh) :] = torch.as_tensor(fresh, dtype=torch.long)
+            positions[i, width - len(fresh) :] = torch.arange(r, r + len(fresh))
+            attention[i, cached_width - r : cached_width] = 1
+            attention[i, cached_width + width - len(fresh) :] = 1
+        cache = DynamicCache(config=self.model.config)
+        if cached_width:
+            donors = [(e, r) for e, r in zip(entries, reuse, strict=True) if r]
+            for layer, (k0, v0) in enumerate(donors[0][0].kv):
+                # (batch, kv_heads, cached, head_dim), zeros in the masked pad slots
+                keys = k0.new_zeros((n, k0.shape[0], cached_width, k0.shape[2]))
+                values = v0.new_zeros((n, v0.shape[0], cached_width, v0.shape[2]))
+                for i, (entry, r) in enumerate(zip(entries, reuse, strict=True)):
+                    if r:
+                        keys[i, :, cached_width - r :] = entry.kv[layer][0][:, :r]
+                        values[i, :, cached_width - r :] = entry.kv[layer][1][:, :r]
+                cache.update(keys, values, layer)
+        logits = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=attention.to(self.device),
+            position_ids=positions.to(self.device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1, :]  # (batch, vocab)
+        return cache, attention.to(self.device), logits
+
+    def _keep_session(
+        self, key: Hashable, ids: list[int], cache: Any, attention: torch.Tensor, row: int
+    ) -> None:
+        slots = attention[row].nonzero()[:, 0]  # the row's real tokens, in order
+        if len(slots) != len(ids):
+            raise AssertionError(f"cache holds {len(slots)} tokens for {len(ids)} ids")
+        kv = [(layer.keys[row][:, slots], layer.values[row][:, slots]) for layer in cache.layers]
+        self._sessions.pop(key, None)
+        self._sessions[key] = _Session(ids, kv)
+        while len(self._sessions) > self.max_sessions:  # forgotten sessions: drop the oldest
+            self._sessions.pop(next(iter(self._sessions)))
+
+    def end_sessions(self, keys: Iterable[Hashable]) -> None:
+        """Free the caches kept for `keys` (episodes that are over)."""
+        for key in keys:
+            self._sessions.pop(key, None)
 
     def _generators(
         self, n: int, sampling: Sampling, seeds: Sequence[int] | None
