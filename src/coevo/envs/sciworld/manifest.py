@@ -231,5 +231,11 @@ class GoldCache:
         self._records[record.id] = record
         self.writes += 1
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record.to_dict()) + "\n")
+        # One write() on an O_APPEND descriptor: lines from concurrent processes (a validation
+        # run next to a training run) never interleave.
+        line = (json.dumps(record.to_dict()) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
