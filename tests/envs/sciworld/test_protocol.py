@@ -103,3 +103,27 @@ def test_make_without_java_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     with pytest.raises(EnvError, match="Java runtime"):
         make("sciworld")
+
+
+def test_gold_cache_survives_a_cut_line(tmp_path) -> None:
+    from coevo.envs.sciworld.manifest import GoldCache, GoldRecord
+
+    path = tmp_path / "gold.jsonl"
+    cache = GoldCache(path)
+    cache.put(GoldRecord("a", ("look around",), True, 1.0, 1, None, 20))
+    cache.put(GoldRecord("b", ("wait",), False, 0.0, 20, "too long", 20))
+    with open(path, "a") as f:
+        f.write('{"id": "c", "actions": ["lo')  # a crash in the middle of a write
+    again = GoldCache(path)
+    assert again.get("a") == cache.get("a") and again.get("c") is None
+    assert again.invalid_ids() == {"b"}
+
+
+def test_interleave_round_robins_over_types() -> None:
+    from coevo.envs.sciworld.env import interleave
+
+    rows = [
+        {"task_name": n, "variation": v} for n, vs in (("b", [5, 6, 7]), ("a", [1, 2])) for v in vs
+    ]
+    order = [(r["task_name"], r["variation"]) for r in interleave(rows)]
+    assert order == [("a", 1), ("b", 5), ("a", 2), ("b", 6), ("b", 7)]
