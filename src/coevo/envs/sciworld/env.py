@@ -190,7 +190,9 @@ class SciWorldEnv:
             )  # fmt: skip
         self._score = score
         self._best = max(self._best, score)
-        return self._result(observation.strip(), done, {"step": step})
+        # The simulator always answers with text; should it not, the agent is still told.
+        observation = observation.strip() or "(The simulator gave no answer to that action.)"
+        return self._result(observation, done, {"step": step})
 
     def _reward(self) -> float:
         return min(1.0, max(0.0, self._best / 100))
