@@ -38,7 +38,7 @@ one line 'Thought: <your reasoning>' and one line 'Action: <one action>'. Availa
 open OBJ / close OBJ: open or close a container or door
 activate OBJ / deactivate OBJ: turn a device on or off
 connect OBJ to OBJ / disconnect OBJ: electrical connections
-use OBJ [on OBJ]: use a device or item
+use OBJ / use OBJ on OBJ: use a device or item
 look around: describe the current room
 look at OBJ / look in OBJ / examine OBJ / read OBJ: inspect something
 move OBJ to OBJ / pick up OBJ / put down OBJ: move things around
