@@ -81,7 +81,7 @@ def episode_seed(seed: int, task_id: str, sample: int) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
-def _step_seed(seed: int, step: int) -> int:
+def step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step * 7_919) % (1 << 63)
 
 
@@ -159,7 +159,7 @@ def rollout(
                 except ContextTooLongError as exc:
                     ep.metadata["error"] = f"context: {exc}"
                     finished.append(ep)
-            seeds = [_step_seed(ep.seed, ep.steps) for ep in waiting]
+            seeds = [step_seed(ep.seed, ep.steps) for ep in waiting]
             extra = {"sessions": [(token, ep.index) for ep in waiting]} if reuse_cache else {}
             completions = (
                 policy.generate(prompts, sampling, seeds=seeds, **extra) if prompts else []

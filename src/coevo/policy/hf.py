@@ -65,6 +65,67 @@ class _Session:
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (kv_heads, len(ids), head_dim)
 
 
+def _growing_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """A DynamicLayer that writes new keys/values into reserved room.
+
+        The stock layer concatenates at every decoding step, copying the whole cache each
+        time; on CPU that copy cost more than the attention itself.
+        """
+
+        def __init__(self, reserve: int) -> None:
+            super().__init__()
+            self.reserve = reserve
+            self.length = 0
+            self.key_buffer: torch.Tensor | None = None
+            self.value_buffer: torch.Tensor | None = None
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            end = self.length + key_states.shape[-2]
+            if self.key_buffer is None or end > self.key_buffer.shape[-2]:
+                room = max(end + self.reserve, end * 3 // 2)
+                self.key_buffer = self._grow(self.key_buffer, key_states, room)
+                self.value_buffer = self._grow(self.value_buffer, value_states, room)
+            self.key_buffer[:, :, self.length : end] = key_states
+            self.value_buffer[:, :, self.length : end] = value_states
+            self.length = end
+            self.keys = self.key_buffer[:, :, :end]  # (batch, kv_heads, seq, head_dim) views
+            self.values = self.value_buffer[:, :, :end]
+            return self.keys, self.values
+
+        def _grow(self, old: torch.Tensor | None, new: torch.Tensor, room: int) -> torch.Tensor:
+            shape = (*new.shape[:2], room, new.shape[-1])
+            buffer = new.new_empty(shape)
+            if old is not None and self.length:
+                buffer[:, :, : self.length] = old[:, :, : self.length]
+            return buffer
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self.key_buffer is not None:
+                self.key_buffer = self.key_buffer[indices]
+                self.value_buffer = self.value_buffer[indices]
+                self.keys = self.key_buffer[:, :, : self.length]
+                self.values = self.value_buffer[:, :, : self.length]
+
+    return GrowingLayer
+
+
+def _new_cache(config: Any, reserve: int) -> Any:
+    """A DynamicCache whose full-attention layers fill reserved room instead of concatenating."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=config)
+    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
+        growing = _growing_layer_class()
+        cache.layers = [growing(reserve) for _ in cache.layers]
+    return cache  # sliding-window or other layer kinds keep their own behaviour
+
+
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -152,43 +213,47 @@ class HFPolicy:
             raise ValueError("Every prompt needs at least one token; build it with render_prompt.")
         prompts = [list(p) for p in prompts]
         generators = self._generators(n, sampling, seeds)
-        cache, attention, logits = self._prefill(prompts, sessions)
+        cache, attention, logits = self._prefill(prompts, sessions, sampling.max_new_tokens)
         next_position = torch.tensor([[len(p)] for p in prompts], device=self.device)  # (batch, 1)
 
-        rows = list(range(n))  # batch row -> prompt index, shrinking as rows finish
+        # Batch row -> prompt index, None once finished. Dropping rows copies the whole cache,
+        # so finished rows are only pruned once they are a quarter of the batch.
+        rows: list[int | None] = list(range(n))
+        live = n
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[list[float]] = [[] for _ in range(n)]
         finish: list[str] = ["length"] * n
         window = max((len(s) for s in sampling.stop), default=0) + 2
         for step in range(sampling.max_new_tokens):
-            chosen, chosen_logp = self._choose(logits, sampling, [generators[r] for r in rows])
-            done_rows: list[int] = []
-            chosen_list = chosen.tolist()
+            row_generators = [generators[r] if r is not None else None for r in rows]
+            chosen, chosen_logp = self._choose(logits, sampling, row_generators)
+            done: list[int] = []
+            chosen_list, logp_list = chosen.tolist(), chosen_logp.tolist()
             is_stop_id = torch.isin(chosen, self.stop_ids).tolist()
             for b, r in enumerate(rows):
+                if r is None:
+                    continue
                 tokens[r].append(chosen_list[b])
+                logps[r].append(logp_list[b])
                 if is_stop_id[b]:
                     finish[r] = "stop"
-                    done_rows.append(b)
-            if sampling.logprobs:
-                for b, value in enumerate(chosen_logp.tolist()):
-                    logps[rows[b]].append(value)
+                    done.append(b)
             if sampling.stop:
-                self._check_stop_strings(rows, tokens, window, sampling.stop, finish, done_rows)
+                self._check_stop_strings(rows, tokens, window, sampling.stop, finish, done)
             if step == sampling.max_new_tokens - 1:
-                done_rows = list(range(len(rows)))
-            if sessions is not None:
-                for b in done_rows:
-                    r = rows[b]
+                done = [b for b, r in enumerate(rows) if r is not None]
+            for b in done:
+                r = rows[b]
+                if sessions is not None:
                     # The last chosen token was never fed to the model: the cache stops before it.
-                    self._keep_session(
-                        sessions[r], prompts[r] + tokens[r][:-1], cache, attention, b
-                    )
-            if len(done_rows) == len(rows):
+                    ids = prompts[r] + tokens[r][:-1]
+                    self._keep_session(sessions[r], ids, cache, attention, b)
+                rows[b] = None
+            live -= len(done)
+            if live == 0:
                 break
-            if done_rows:
-                gone = set(done_rows)
-                keep = [b for b in range(len(rows)) if b not in gone]
+            if (len(rows) - live) * 4 >= len(rows):
+                keep = [b for b, r in enumerate(rows) if r is not None]
                 index = torch.tensor(keep, dtype=torch.long, device=self.device)
                 cache.batch_select_indices(index)
                 attention, next_position = attention[index], next_position[index]
@@ -206,15 +271,13 @@ class HFPolicy:
         return [self._completion(tokens[i], logps[i], finish[i], sampling) for i in range(n)]
 
     def _prefill(
-        self, prompts: list[list[int]], sessions: Sequence[Hashable] | None
+        self, prompts: list[list[int]], sessions: Sequence[Hashable] | None, max_new_tokens: int
     ) -> tuple[Any, torch.Tensor, torch.Tensor]:
         """Run the prompts' uncached tokens; returns the cache, attention mask, next logits.
 
         Slot layout per row, all rows right-aligned: [pad | cached tokens | pad | new tokens].
         The mask hides the pads; positions count real tokens only, as they would unbatched.
         """
-        from transformers import DynamicCache
-
         n = len(prompts)
         entries = [self._sessions.get(k) for k in sessions] if sessions else [None] * n
         reuse = [0] * n
@@ -233,7 +296,7 @@ class HFPolicy:
             positions[i, width - len(fresh) :] = torch.arange(r, r + len(fresh))
             attention[i, cached_width - r : cached_width] = 1
             attention[i, cached_width + width - len(fresh) :] = 1
-        cache = DynamicCache(config=self.model.config)
+        cache = _new_cache(self.model.config, reserve=width + max_new_tokens + 1)
         if cached_width:
             donors = [(e, r) for e, r in zip(entries, reuse, strict=True) if r]
             for layer, (k0, v0) in enumerate(donors[0][0].kv):
@@ -291,7 +354,8 @@ class HFPolicy:
         logits: torch.Tensor, sampling: Sampling, generators: list[torch.Generator | None]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Next token per row and its log-prob under the unmodified model distribution."""
-        logits = logits.float()  # (rows, vocab)
+        if logits.dtype != torch.float64:
+            logits = logits.float()  # (rows, vocab)
         if sampling.greedy:
             chosen = logits.argmax(-1)
         else:
@@ -305,9 +369,10 @@ class HFPolicy:
             if all(g is generators[0] for g in generators):
                 chosen = torch.multinomial(probs, 1, generator=generators[0])[:, 0]
             else:
+                # Row by row, each from its own generator; finished rows (None) draw nothing.
                 chosen = torch.cat(
                     [
-                        torch.multinomial(p, 1, generator=g)
+                        torch.multinomial(p, 1, generator=g) if g is not None else p.argmax()[None]
                         for p, g in zip(probs, generators, strict=True)
                     ]
                 )
@@ -316,14 +381,15 @@ class HFPolicy:
 
     def _check_stop_strings(
         self,
-        rows: list[int],
+        rows: list[int | None],
         tokens: list[list[int]],
         window: int,
         stop: tuple[str, ...],
         finish: list[str],
         done_rows: list[int],
     ) -> None:
-        candidates = [b for b in range(len(rows)) if b not in set(done_rows)]
+        finished = set(done_rows)
+        candidates = [b for b, r in enumerate(rows) if r is not None and b not in finished]
         if not candidates:
             return
         # One batched decode of each live row's last few tokens: enough to hold any stop string.

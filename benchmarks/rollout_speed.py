@@ -1,0 +1,148 @@
+"""Episodes per second: lockstep rollouts against one episode at a time (how ETO explores).
+
+    python benchmarks/rollout_speed.py                  # 64 shop tasks, a fresh nano model
+    python benchmarks/rollout_speed.py --model DIR      # any local checkpoint
+
+Both sides use the same model, the same 64 shop train tasks, the same sampling settings and
+the same per-episode, per-step seeds. The lockstep side is `coevo.rollout.rollout` (one
+batched generate per step for every live episode, continuous batching, kept key/value caches).
+The one-at-a-time side plays each episode alone and re-sends the whole rendered conversation
+every step, as ETO's exploration does. Env start-up is not timed on either side. The model is
+random-initialised unless --model is given: it rarely writes a valid action, so episodes run to
+the step budget with full-length replies, the costliest case for both sides.
+
+Writes benchmarks/results/rollout_speed.md; the last line printed is `speedup: N.NN`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from coevo.envs import make
+from coevo.envs.episode import observation_message, opening_message
+from coevo.policy.base import Sampling
+from coevo.policy.hf import HFPolicy
+from coevo.policy.render import render_prompt
+from coevo.rollout import EnvPool, episode_seed, rollout, step_seed
+from coevo.trajectory import Turn
+
+RESULTS = Path(__file__).parent / "results" / "rollout_speed.md"
+
+
+def one_at_a_time(policy, env, tasks, sampling, seed):
+    """ETO's exploration: each episode alone, the whole prompt rendered and sent every step."""
+    rewards, steps = [], 0
+    for task in tasks:
+        ep_seed = episode_seed(seed, task.id, 0)
+        observation, _ = env.reset(task, seed=ep_seed)
+        turns = [Turn("user", opening_message(env, observation))]
+        for step in range(env.max_steps):
+            prompt = render_prompt(turns, policy.tokenizer)
+            (completion,) = policy.generate([prompt], sampling, seeds=[step_seed(ep_seed, step)])
+            result = env.step(completion.text)
+            steps += 1
+            turns.append(Turn("assistant", completion.text))
+            if result.done:
+                break
+            turns.append(Turn("user", observation_message(result.observation)))
+        rewards.append(result.reward)
+    return rewards, steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, help="checkpoint dir (default: a fresh nano)")
+    parser.add_argument("--tasks", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--no-write", action="store_true", help="do not update the results file")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    env = make("shop")
+    tasks = env.tasks("train")[: args.tasks]
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = args.model
+        if model_dir is None:
+            from coevo.policy.tiny import init_model
+
+            model_dir = Path(tmp) / "nano"
+            init_model(env, "nano", model_dir, seed=0)
+        policy = HFPolicy(model_dir, dtype="float32", device="cpu")
+    sampling = Sampling(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    load_before = os.getloadavg()
+
+    with EnvPool(lambda: make("shop")) as pool:
+        started = [pool.acquire() for _ in range(min(args.batch_size, len(tasks)))]
+        for e in started:  # envs are built before the clock starts
+            pool.release(e)
+        t0 = time.perf_counter()
+        trajectories = rollout(
+            policy, pool, tasks, sampling=sampling, batch_size=args.batch_size, seed=0
+        )
+        lockstep_s = time.perf_counter() - t0
+    lock_steps = sum(t.steps for t in trajectories)
+    lock_reward = sum(t.reward for t in trajectories) / len(trajectories)
+
+    t0 = time.perf_counter()
+    rewards, seq_steps = one_at_a_time(policy, env, tasks, sampling, seed=0)
+    sequential_s = time.perf_counter() - t0
+    load_after = os.getloadavg()
+
+    n = len(tasks)
+    lock_eps, seq_eps = n / lockstep_s, n / sequential_s
+    speedup = lock_eps / seq_eps
+    params = sum(p.numel() for p in policy.model.parameters())
+    rows = [
+        ("lockstep (rollout)", lockstep_s, lock_eps, lock_steps, lock_reward),
+        ("one at a time (ETO)", sequential_s, seq_eps, seq_steps, sum(rewards) / n),
+    ]
+    lines = [
+        "| way | seconds | episodes/s | env steps | steps/s | mean reward |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(
+            f"| {name} | {sec:.1f} | {eps:.3f} | {steps} | {steps / sec:.1f} | {reward:.3f} |"
+            for name, sec, eps, steps, reward in rows
+        ),
+    ]
+    setup = (
+        f"{n} shop train tasks (max {env.max_steps} steps), model {params:,} parameters "
+        f"({'random init' if args.model is None else args.model}), float32 on CPU, "
+        f"{args.threads} torch threads; temperature {args.temperature}, max_new_tokens "
+        f"{args.max_new_tokens}; lockstep batch size {args.batch_size}"
+    )
+    machine = (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
+        f"torch {torch.__version__}; load average (1 min) {load_before[0]:.2f} before, "
+        f"{load_after[0]:.2f} after"
+    )
+    print(setup)
+    print(machine)
+    print("\n".join(lines))
+    if not args.no_write:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(
+            "# Rollout speed\n\n"
+            "`python benchmarks/rollout_speed.py`: episodes per second of lockstep rollouts "
+            "against one episode at a time (ETO's way: each episode alone, the whole prompt "
+            "re-sent every step). Goal: speedup >= 4.\n\n"
+            f"- setup: {setup}\n- machine: {machine}\n- measured: "
+            f"{time.strftime('%Y-%m-%d %H:%M')}\n\n"
+            + "\n".join(lines)
+            + f"\n\nspeedup: {speedup:.2f}\n"
+        )
+    print(f"speedup: {speedup:.2f}")
+
+
+if __name__ == "__main__":
+    main()
