@@ -196,3 +196,15 @@ def test_export_command(tmp_path):
     result = runner.invoke(app, ["export", str(tmp_path / "missing")])
     assert result.exit_code == 2 and "No store at" in result.output
     assert not (tmp_path / "missing").exists()  # a typo never creates an empty run
+
+
+def test_stage_tags_separate_batches_of_one_iteration(tmp_path):
+    with Store(tmp_path) as store:
+        store.add_trajectories([make_trajectory(0, 0.5)], iteration=1, stage="explore-1-target")
+        store.add_trajectories([make_trajectory(1, 1.0)], iteration=1, stage="eval-1-test_seen")
+        explored = store.trajectories(stage="explore-1-target")
+        assert [t.task.id for t in explored] == ["toy/train/0"]
+        assert len(store.trajectories(iteration=1)) == 2
+        pair = Pair(make_trajectory(3, 1.0), make_trajectory(6, 0.0), "expert_vs_target")
+        store.add_pairs([pair], iteration=1, stage="dpo-1-target")
+        assert len(store.pairs(stage="dpo-1-target")) == 1 and store.pairs(stage="other") == []

@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS trajectories (
     id INTEGER PRIMARY KEY,
     run TEXT NOT NULL,
     iteration INTEGER NOT NULL,
+    stage TEXT NOT NULL DEFAULT '',
     agent TEXT NOT NULL,
     env TEXT NOT NULL,
     task TEXT NOT NULL,
@@ -58,10 +59,12 @@ CREATE TABLE IF NOT EXISTS trajectories (
 CREATE INDEX IF NOT EXISTS trajectories_by_iteration ON trajectories (iteration, agent, split);
 CREATE INDEX IF NOT EXISTS trajectories_by_task ON trajectories (env, task);
 CREATE INDEX IF NOT EXISTS trajectories_by_content ON trajectories (content);
+CREATE INDEX IF NOT EXISTS trajectories_by_stage ON trajectories (stage);
 CREATE TABLE IF NOT EXISTS pairs (
     id INTEGER PRIMARY KEY,
     run TEXT NOT NULL,
     iteration INTEGER NOT NULL,
+    stage TEXT NOT NULL DEFAULT '',
     kind TEXT NOT NULL,
     chosen INTEGER NOT NULL REFERENCES trajectories (id),
     rejected INTEGER NOT NULL REFERENCES trajectories (id),
@@ -149,26 +152,35 @@ class Store:
         )
 
     def add_trajectories(
-        self, trajectories: Sequence[Trajectory], *, iteration: int = 0
+        self, trajectories: Sequence[Trajectory], *, iteration: int = 0, stage: str = ""
     ) -> list[int]:
-        """Store a batch in one transaction; returns the new row ids in order."""
+        """Store a batch in one transaction; returns the new row ids in order.
+
+        `stage` names the pipeline stage that produced the batch (e.g. `explore-2-target`), so
+        a stage cut off by a kill can find what it already committed.
+        """
         with self._transaction() as db:
-            return self._insert_trajectories(db, trajectories, iteration)
+            return self._insert_trajectories(db, trajectories, iteration, stage)
 
     def _insert_trajectories(
-        self, db: sqlite3.Connection, trajectories: Sequence[Trajectory], iteration: int
+        self,
+        db: sqlite3.Connection,
+        trajectories: Sequence[Trajectory],
+        iteration: int,
+        stage: str = "",
     ) -> list[int]:
         self._insert_tasks(db, {(t.task.env, t.task.id): t.task for t in trajectories}.values())
         now = time.time()
         ids = []
         for t in trajectories:
             cursor = db.execute(
-                "INSERT INTO trajectories (run, iteration, agent, env, task, split, reward, "
-                "terminated, truncated, steps, turns, metadata, content, created) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO trajectories (run, iteration, stage, agent, env, task, split, "
+                "reward, terminated, truncated, steps, turns, metadata, content, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     self.run,
                     iteration,
+                    stage,
                     t.agent,
                     t.task.env,
                     t.task.id,
@@ -186,7 +198,7 @@ class Store:
             ids.append(int(cursor.lastrowid))
         return ids
 
-    def add_pairs(self, pairs: Sequence[Pair], *, iteration: int = 0) -> list[int]:
+    def add_pairs(self, pairs: Sequence[Pair], *, iteration: int = 0, stage: str = "") -> list[int]:
         """Store a batch of pairs (and any of their trajectories not stored yet) at once."""
         with self._transaction() as db:
             known: dict[str, int] = {}
@@ -198,16 +210,19 @@ class Store:
                     row = db.execute(
                         "SELECT id FROM trajectories WHERE content = ? ORDER BY id LIMIT 1", (key,)
                     ).fetchone()
-                    known[key] = row[0] if row else self._insert_trajectories(db, [t], iteration)[0]
+                    known[key] = (
+                        row[0] if row else self._insert_trajectories(db, [t], iteration, stage)[0]
+                    )
             now = time.time()
             ids = []
             for pair in pairs:
                 cursor = db.execute(
-                    "INSERT INTO pairs (run, iteration, kind, chosen, rejected, weight, "
-                    "sft_weight, metadata, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO pairs (run, iteration, stage, kind, chosen, rejected, weight, "
+                    "sft_weight, metadata, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         self.run,
                         iteration,
+                        stage,
                         pair.kind,
                         known[_content_key(pair.chosen)],
                         known[_content_key(pair.rejected)],
@@ -233,6 +248,7 @@ class Store:
         self,
         *,
         iteration: int | None = None,
+        stage: str | None = None,
         agent: str | None = None,
         split: str | None = None,
         task: str | None = None,
@@ -243,6 +259,7 @@ class Store:
         where, args = [], []
         for column, op, value in (
             ("iteration", "=", iteration),
+            ("stage", "=", stage),
             ("agent", "=", agent),
             ("split", "=", split),
             ("task", "=", task),
@@ -282,10 +299,10 @@ class Store:
         return [s.trajectory for s in self.stored_trajectories(**filters)]
 
     def stored_pairs(
-        self, *, iteration: int | None = None, kind: str | None = None
+        self, *, iteration: int | None = None, kind: str | None = None, stage: str | None = None
     ) -> Iterator[StoredPair]:
         where, args = [], []
-        for column, value in (("iteration", iteration), ("kind", kind)):
+        for column, value in (("iteration", iteration), ("kind", kind), ("stage", stage)):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
