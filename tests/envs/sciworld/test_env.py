@@ -89,6 +89,14 @@ def test_gold_path_replays_to_one(env: SciWorldEnv) -> None:
     assert record is not None and record.valid and record.steps == trajectory.steps
 
 
+def test_replays_are_identical(env: SciWorldEnv) -> None:
+    # The paint cups of the art studio are listed in random order by a stock JVM.
+    assert env.sim.deterministic
+    task = _task(env, "test_seen", "chemistry-mix-paint-secondary-color")
+    first, second = expert_trajectory(env, task), expert_trajectory(env, task)
+    assert first.turns == second.turns and first.reward == second.reward == 1.0
+
+
 def test_invalid_action_and_bad_format_use_a_step(env: SciWorldEnv) -> None:
     task = _task(env, "train", "lifespan-longest-lived")
     observation, info = env.reset(task)

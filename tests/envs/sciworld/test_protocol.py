@@ -127,3 +127,18 @@ def test_interleave_round_robins_over_types() -> None:
     ]
     order = [(r["task_name"], r["variation"]) for r in interleave(rows)]
     assert order == [("a", 1), ("b", 5), ("a", 2), ("b", 6), ("b", 7)]
+
+
+def test_java_tool_options_are_added_then_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from coevo.envs.sciworld.simulator import _java_tool_options
+
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Xmx1g")
+    with _java_tool_options("-XX:hashCode=2"):
+        assert os.environ["JAVA_TOOL_OPTIONS"] == "-Xmx1g -XX:hashCode=2"
+    assert os.environ["JAVA_TOOL_OPTIONS"] == "-Xmx1g"
+    monkeypatch.delenv("JAVA_TOOL_OPTIONS")
+    with _java_tool_options("-XX:hashCode=2"):
+        assert os.environ["JAVA_TOOL_OPTIONS"] == "-XX:hashCode=2"
+    assert "JAVA_TOOL_OPTIONS" not in os.environ

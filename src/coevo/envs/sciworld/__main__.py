@@ -81,7 +81,7 @@ def main() -> None:
                 if record is not None and record.budget == env.types[t["task_name"]]["budget"]:
                     gold[t["id"]] = record.to_dict()
             env.manifest["gold"] = gold
-            path = SHIPPED / manifest_name(env.sim.version)
+            path = SHIPPED / manifest_name(env.sim.version, env.sim.deterministic)
             write_json_gz(path, env.manifest)
             console.print(f"wrote {path} ({len(gold)} gold verdicts)")
         counts(env, console)

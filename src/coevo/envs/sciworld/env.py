@@ -23,6 +23,7 @@ from coevo.envs.sciworld import protocol
 from coevo.envs.sciworld.manifest import (
     GoldCache,
     GoldRecord,
+    gold_name,
     load_manifest,
     version_dir,
 )
@@ -79,7 +80,9 @@ class SciWorldEnv:
             self.sim.close()
             raise
         self.types: dict[str, dict[str, Any]] = self.manifest["types"]
-        self.gold = GoldCache(version_dir(self.sim.version, root) / "gold.jsonl")
+        self.gold = GoldCache(
+            version_dir(self.sim.version, root) / gold_name(self.sim.deterministic)
+        )
         self._tasks: dict[str, tuple[int, list[Task]]] = {}
         """split -> (gold cache writes when listed, tasks): relisted after a new verdict."""
         self._excluded_logged = False

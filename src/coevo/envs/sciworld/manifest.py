@@ -56,8 +56,14 @@ def version_dir(version: str, root: str | Path | None = None) -> Path:
     return Path(root) / "sciworld" / version
 
 
-def manifest_name(version: str) -> str:
-    return f"manifest-{version}-{protocol_key()}.json.gz"
+def manifest_name(version: str, deterministic: bool = True) -> str:
+    """File name of a manifest: its gold lengths depend on the JVM's hashing mode too."""
+    mode = "" if deterministic else "-nondeterministic"
+    return f"manifest-{version}-{protocol_key()}{mode}.json.gz"
+
+
+def gold_name(deterministic: bool = True) -> str:
+    return "gold.jsonl" if deterministic else "gold-nondeterministic.jsonl"
 
 
 def read_json_gz(path: Path) -> dict[str, Any]:
@@ -79,7 +85,7 @@ def load_manifest(
     sim: Simulator, root: str | Path | None = None, progress: Callable[[str], None] | None = None
 ) -> tuple[dict[str, Any], str]:
     """The manifest for the running simulator's version and where it came from."""
-    name = manifest_name(sim.version)
+    name = manifest_name(sim.version, sim.deterministic)
     shipped = SHIPPED / name
     if shipped.exists():
         return read_json_gz(shipped), str(shipped)
