@@ -48,10 +48,6 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def open_env(name: str, data: Path | None, options: list[str] | None) -> envs.Env:
-    # A user env named "package.module:EnvClass" is importable from where the command runs,
-    # as with uvicorn and pytest.
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
     kwargs = parse_options(options)
     if data is not None:
         if not data.exists():
@@ -229,21 +225,86 @@ def export_run(
         console.print(f"  {path}")
 
 
+@app.command("run")
+def run_command(
+    config: Annotated[Path, typer.Argument(help="Recipe YAML, e.g. configs/shop/eto.yaml.")],
+    out: Annotated[Path, typer.Option("--out", help="Run directory (rerun it to resume).")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Overrides such as model.size=nano iterations=2.")
+    ] = None,
+) -> None:
+    """Run a method recipe; rerunning the same directory skips finished stages and resumes."""
+    from coevo.config import ConfigError, load
+    from coevo.methods.recipe import RunConfig
+    from coevo.pipeline import RunDirError
+
+    try:
+        recipe = load(RunConfig, config, overrides or [])
+    except ConfigError as exc:
+        fail(str(exc))
+    from coevo.methods.runner import execute
+
+    try:
+        execute(recipe, out)
+    except (ConfigError, RunDirError, envs.EnvError) as exc:
+        fail(str(exc))
+    _print_tables([out])
+
+
+@app.command("compare")
+def compare_command(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories to compare.")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write <out>.md and <out>.json.")
+    ] = None,
+    metric: Annotated[str, typer.Option(help="reward or success.")] = "reward",
+) -> None:
+    """Tables of the paper's layout: reward per method x env/split, and outcome shares."""
+    import json
+
+    from coevo.analysis.compare import compare, to_markdown
+
+    try:
+        tables = compare(run_dirs, metric=metric)
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    console.print(to_markdown(tables))
+    if out is not None:
+        out.with_suffix(".md").write_text(to_markdown(tables))
+        out.with_suffix(".json").write_text(json.dumps(tables, indent=2))
+
+
+def _print_tables(run_dirs: list[Path]) -> None:
+    from coevo.analysis.compare import compare, to_markdown
+
+    console.print(to_markdown(compare(run_dirs)))
+
+
 @app.command()
 def demo(
-    env_name: Annotated[str, typer.Option("--env", help="Environment to demo.")] = "shop",
+    out: Annotated[Path, typer.Option("--out", help="Where the demo runs go.")] = Path("runs/demo"),
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Overrides of the demo recipe (key=value).")
+    ] = None,
 ) -> None:
-    """The quick-start job: an expert episode and the conformance report of the built-in env."""
-    env = open_env(env_name, None, None)
+    """The quick start: SFT, ETO and failure-agent on the built-in shop, then the tables."""
+    from coevo.config import ConfigError
+    from coevo.methods.demo import run_demo
+    from coevo.pipeline import RunDirError
+
     try:
-        task = env.tasks("train")[0]
-        _show_trajectory(expert_trajectory(env, task))
-    finally:
-        env.close()
-    env_check(env_name, tasks=10)
+        tables = run_demo(out, overrides or [])
+    except (ConfigError, RunDirError) as exc:
+        fail(str(exc))
+    console.print(tables)
+    console.print(f"tables written to {out / 'compare.md'}")
 
 
 def main() -> None:
+    # A user env named "package.module:EnvClass" is importable from where the command runs,
+    # as with uvicorn and pytest.
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
     app()
 
 

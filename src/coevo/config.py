@@ -139,11 +139,11 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in top.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge(out[key], value)
         else:
             out[key] = value
     return out
@@ -176,14 +176,14 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     # A recipe can build on another: `base: ../demo.yaml` (relative to this file).
     base = data.pop("base", None)
     if base is not None:
-        data = _merge(read_yaml(path.parent / base), data)
+        data = merge(read_yaml(path.parent / base), data)
     return data
 
 
 def load(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
     """Defaults of `cls`, overlaid by the YAML file, overlaid by dotted overrides."""
     values = read_yaml(path) if path is not None else {}
-    values = _merge(values, parse_overrides(overrides or []))
+    values = merge(values, parse_overrides(overrides or []))
     return build(cls, values)
 
 

@@ -1,0 +1,1 @@
+"""The methods as loops that read top to bottom, and `execute`, which runs one recipe."""

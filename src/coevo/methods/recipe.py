@@ -1,0 +1,141 @@
+"""The recipe of a run: one dataclass per part, one docstring per field.
+
+YAML files in `configs/` overlay these defaults and `key=value` overrides overlay the YAML
+(`coevo run configs/shop/eto.yaml model.size=nano iterations=2`). The resolved recipe is
+saved as `config.yaml` in the run directory. Defaults follow the paper's Appendix B where they
+fit small models on a CPU; the YAML recipes say where they differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from coevo.config import ConfigError
+from coevo.envs.base import SPLITS
+from coevo.train.dpo import DpoConfig
+from coevo.train.sft import SftConfig
+
+METHODS = ("sft", "rft", "eto", "failure_agent", "positive_agent", "frozen_failure")
+Method = Literal["sft", "rft", "eto", "failure_agent", "positive_agent", "frozen_failure"]
+
+
+@dataclass
+class EnvSection:
+    name: str = "shop"
+    """Registered env name (`coevo env list`) or 'package.module:EnvClass'."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Keyword options of the env constructor (e.g. n_products, data, max_steps)."""
+    train_tasks: int | None = None
+    """Use the first N train tasks (None: all of them)."""
+    eval_tasks: int | None = None
+    """Evaluate on the first N tasks of each test split (None: all of them)."""
+
+
+@dataclass
+class ModelSection:
+    path: str | None = None
+    """A local Hugging Face checkpoint directory; None initialises a tiny model for the env."""
+    size: Literal["nano", "tiny", "small"] = "nano"
+    """Size of the locally initialised model when `path` is None (about 1M / 3M / 10M)."""
+    dtype: str = "auto"
+    """Generation dtype: auto (bf16 on a GPU that has it, else float32), float32, bfloat16."""
+    device: str = "auto"
+    """Generation device: auto, cpu, cuda, cuda:1, ..."""
+    max_length: int = 2048
+    """Token budget of one episode for training and generation; older turns are dropped."""
+
+
+@dataclass
+class ExploreSection:
+    samples: int = 1
+    """Rollouts per training task and agent in each iteration (the paper: 1)."""
+    temperature: float = 1.0
+    """Sampling temperature of exploration (0 = greedy, as ETO's scripts do)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold of exploration."""
+    max_new_tokens: int = 96
+    """Longest reply per step."""
+    batch_size: int = 32
+    """Episodes advancing together in one batched generate."""
+    chunk: int = 128
+    """Episodes stored per transaction: a killed exploration resumes after the last chunk."""
+
+
+@dataclass
+class EvalSection:
+    splits: list[str] = field(default_factory=lambda: ["test_seen", "test_unseen"])
+    """Splits evaluated (greedy) after SFT and after every iteration."""
+    batch_size: int = 32
+    """Episodes advancing together in one batched generate."""
+    max_new_tokens: int = 96
+    """Longest reply per step."""
+
+
+@dataclass
+class RftSection:
+    rounds: int = 1
+    """Rejection-sampling rounds: sample, keep successes, fine-tune on experts + successes."""
+    samples: int = 4
+    """Samples per task per round (uniform RFT)."""
+    dart: bool = False
+    """DART-style difficulty-aware sampling: probe every task, spend the budget on hard ones."""
+    dart_probes: int = 5
+    """Probe samples per task (DART)."""
+    dart_budget: int = 10
+    """Total samples per task the hardest tasks may get (DART)."""
+
+
+@dataclass
+class RunConfig:
+    method: Method = "failure_agent"
+    """sft, rft, eto, failure_agent, or the ablations positive_agent, frozen_failure."""
+    name: str | None = None
+    """Row label in `coevo compare` (default: the method)."""
+    seed: int = 0
+    """Seed of the target agent's SFT, of exploration and of data order."""
+    iterations: int = 3
+    """Explore / pairs / train iterations (the paper: 3 for WebShop and ScienceWorld, 5 SQL)."""
+    lambda_sft: float = 0.1
+    """SFT weight of the expert-vs-prediction pairs of the target (Eq. 9)."""
+    hard_negative_threshold: float = 0.6
+    """Rewards in [threshold, 1) count as hard negatives in the outcome shares (Table 2)."""
+    within_agent_pairs: bool = True
+    """Also pair failures of one agent on one task (only matters when explore.samples > 1)."""
+    later_lr: float | None = 5e-7
+    """DPO learning rate from the second iteration on (ETO: 5e-7); None keeps dpo.lr."""
+    later_beta: float | None = 0.5
+    """DPO beta from the second iteration on (ETO: 0.5); None keeps dpo.beta."""
+    init_from: str | None = None
+    """A finished run directory with the same env, model, sft and seed: this run starts from
+    its experts, base model, target SFT and first evaluation instead of redoing them, so
+    methods compared with each other share one SFT policy (as in the paper)."""
+    env: EnvSection = field(default_factory=EnvSection)
+    model: ModelSection = field(default_factory=ModelSection)
+    sft: SftConfig = field(default_factory=SftConfig)
+    """SFT of both agents (output_dir is set per stage)."""
+    dpo: DpoConfig = field(default_factory=DpoConfig)
+    """DPO of every preference phase (output_dir is set per stage)."""
+    explore: ExploreSection = field(default_factory=ExploreSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    rft: RftSection = field(default_factory=RftSection)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.method
+
+    def validate(self) -> None:
+        if self.iterations < 0:
+            raise ConfigError(f"iterations must be >= 0, got {self.iterations}.")
+        if self.explore.samples < 1:
+            raise ConfigError(f"explore.samples must be >= 1, got {self.explore.samples}.")
+        if not 0 < self.hard_negative_threshold < 1:
+            raise ConfigError("hard_negative_threshold must be in (0, 1).")
+        for split in self.eval.splits:
+            if split not in SPLITS:
+                raise ConfigError(f"eval.splits: unknown split {split!r}; use {', '.join(SPLITS)}.")
+        for section in (self.sft, self.dpo):
+            try:
+                section.validate()
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None

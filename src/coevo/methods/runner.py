@@ -1,0 +1,105 @@
+"""Run one recipe in a run directory: set up the pipeline, store and envs, call the method.
+
+A rerun with the same directory and recipe skips every finished stage and resumes the one a
+kill cut off; a different recipe in the same directory is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from coevo.config import ConfigError, save, to_dict
+from coevo.envs.base import make
+from coevo.methods.eto import run_eto
+from coevo.methods.failure_agent import run_failure_agent
+from coevo.methods.recipe import RunConfig
+from coevo.methods.rft import run_rft
+from coevo.methods.sft import run_sft
+from coevo.methods.stages import Run
+from coevo.pipeline import Pipeline, write_atomic
+from coevo.rollout import EnvPool
+from coevo.store import Store
+
+LOOPS: dict[str, Callable[[Run], None]] = {
+    "sft": run_sft,
+    "rft": run_rft,
+    "eto": run_eto,
+    "failure_agent": run_failure_agent,
+    "positive_agent": run_failure_agent,
+    "frozen_failure": run_failure_agent,
+}
+
+# Stages every method begins with, identical when env, model, sft and seed agree.
+SHARED_STAGES = ("experts", "model", "sft-target", "eval-0")
+SHARED_KEYS = ("env", "model", "sft", "seed", "eval")
+
+
+def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
+    """Run (or finish) `config` in `out`; returns the run directory."""
+    out = Path(out)
+    pipeline = Pipeline(out, to_dict(config), quiet=quiet)
+    save(config, out / "config.yaml")
+    store = Store(out, run=config.label)
+    pool = EnvPool(lambda: make(config.env.name, **config.env.options))
+    try:
+        if config.init_from:
+            adopt(Path(config.init_from), config, pipeline, store)
+        LOOPS[config.method](Run(config, pipeline, store, pool))
+    finally:
+        pool.close()
+        store.close()
+    return out
+
+
+def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> None:
+    """Start from `source`'s shared stages: link their files and copy their stored rows."""
+    source_config = source / "config.yaml"
+    if not source_config.is_file():
+        raise ConfigError(f"init_from: {str(source)!r} is not a run directory (no config.yaml).")
+    theirs = yaml.safe_load(source_config.read_text())
+    ours = to_dict(config)
+    differ = [k for k in SHARED_KEYS if theirs.get(k) != ours.get(k)]
+    if differ:
+        raise ConfigError(
+            f"init_from: {str(source)!r} was run with other {', '.join(differ)} settings; "
+            "its SFT policy is not this run's starting point."
+        )
+    source_store = Store(source, create=False)
+    try:
+        for stage in SHARED_STAGES:
+            manifest = source / "stages" / stage / "manifest.json"
+            if pipeline.done(stage) or not manifest.is_file():
+                continue
+            target = pipeline.run_dir / "stages" / stage
+            if target.exists():
+                shutil.rmtree(target)
+            # Checkpoints are not needed to start from a finished stage, only its outputs.
+            shutil.copytree(
+                source / "stages" / stage,
+                target,
+                ignore=shutil.ignore_patterns("checkpoint-*", "manifest.json"),
+                copy_function=_link_or_copy,
+            )
+            # Rows are tagged with the stage (evals with the stage and split).
+            for name in (stage, *(f"{stage}-{split}" for split in config.eval.splits)):
+                rows = list(source_store.stored_trajectories(stage=name))
+                if rows:
+                    store.add_trajectories(
+                        [r.trajectory for r in rows], iteration=rows[0].iteration, stage=name
+                    )
+            # The manifest last: the stage counts as done only once everything is in place.
+            write_atomic(target / "manifest.json", manifest.read_text())
+    finally:
+        source_store.close()
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

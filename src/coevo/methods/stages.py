@@ -1,0 +1,262 @@
+"""The stages every method is made of: experts, base model, SFT, explore, DPO, evaluate.
+
+Each stage runs through the run's `Pipeline`, so it happens once per run directory: a rerun
+skips it, and a stage cut off by a kill runs again and resumes from what it stored
+(explorations from their committed chunks, trainers from their checkpoints). Trajectories go to
+the run's store, tagged with iteration and agent, and later stages read them back from there.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from coevo.analysis.outcomes import outcome_shares
+from coevo.envs.base import Env, make
+from coevo.envs.episode import expert_trajectory
+from coevo.methods.recipe import RunConfig
+from coevo.pipeline import Pipeline
+from coevo.policy.base import Sampling
+from coevo.rollout import EnvPool, rollout
+from coevo.store import Store
+from coevo.trajectory import Pair, Task, Trajectory
+
+EXPERT = "expert"
+
+
+@dataclass
+class Run:
+    """What the stages of one run share: its recipe, pipeline, store and env pool."""
+
+    config: RunConfig
+    pipeline: Pipeline
+    store: Store
+    pool: EnvPool
+
+    @property
+    def dir(self) -> Path:
+        return self.pipeline.run_dir
+
+    def env(self) -> Env:
+        return make(self.config.env.name, **self.config.env.options)
+
+    def tasks(self, split: str) -> list[Task]:
+        env = self.pool.acquire()
+        try:
+            tasks = env.tasks(split)
+        finally:
+            self.pool.release(env)
+        limit = self.config.env.train_tasks if split == "train" else self.config.env.eval_tasks
+        return tasks[:limit] if limit is not None else tasks
+
+
+def experts(run: Run) -> dict[str, Trajectory]:
+    """Expert demonstrations of the training tasks, by task id (stage `experts`)."""
+
+    def stage(_: Path) -> dict[str, Any]:
+        env = run.pool.acquire()
+        try:
+            trajectories = [expert_trajectory(env, task) for task in run.tasks("train")]
+        finally:
+            run.pool.release(env)
+        solved = [t for t in trajectories if t.reward >= 1.0]
+        run.store.add_trajectories(solved, iteration=-1, stage="experts")
+        return {"tasks": len(trajectories), "solved": len(solved)}
+
+    run.pipeline.run("experts", stage)
+    return {t.task.id: t for t in run.store.trajectories(stage="experts")}
+
+
+def base_model(run: Run) -> Path:
+    """The starting checkpoint: the configured path, or a tiny model made for the env."""
+    if run.config.model.path is not None:
+        return Path(run.config.model.path)
+
+    def stage(out: Path) -> dict[str, Any]:
+        from coevo.policy.tiny import init_model
+
+        env = run.pool.acquire()
+        try:
+            info = init_model(env, run.config.model.size, out / "model", seed=run.config.seed)
+        finally:
+            run.pool.release(env)
+        return {"kind": "model", **info}
+
+    run.pipeline.run("model", stage)
+    return run.dir / "stages" / "model" / "model"
+
+
+def sft(run: Run, name: str, start: Path, trajectories: list[Trajectory], seed: int) -> Path:
+    """Fine-tune `start` on `trajectories` (stage `sft-<name>`); returns the model directory."""
+
+    def stage(out: Path) -> dict[str, Any]:
+        from transformers import AutoTokenizer
+
+        from coevo.train.batches import sft_examples
+        from coevo.train.sft import train_sft
+
+        tokenizer = AutoTokenizer.from_pretrained(start)
+        examples = sft_examples(trajectories, tokenizer, max_length=run.config.model.max_length)
+        config = replace(run.config.sft, output_dir=str(out), seed=seed)
+        result = train_sft(str(start), examples, config, tokenizer=tokenizer)
+        losses = [r["loss"] for r in result.history if "loss" in r]
+        return {
+            "kind": "sft",
+            "examples": len(examples),
+            "steps": result.step,
+            "final_loss": losses[-1] if losses else None,
+        }
+
+    run.pipeline.run(f"sft-{name}", stage, {"start": str(start), "trajectories": len(trajectories)})
+    return run.dir / "stages" / f"sft-{name}" / "model"
+
+
+def policy(run: Run, model_dir: Path, name: str):
+    from coevo.policy.hf import HFPolicy
+
+    return HFPolicy(
+        model_dir, dtype=run.config.model.dtype, device=run.config.model.device, name=name
+    )
+
+
+def explore(
+    run: Run,
+    model_dir: Path,
+    agent: str,
+    iteration: int,
+    tasks: list[Task],
+    *,
+    samples: int | None = None,
+    temperature: float | None = None,
+    stage_name: str | None = None,
+) -> list[Trajectory]:
+    """Sampled rollouts of `agent` on `tasks` (stage `explore-<iteration>-<agent>`).
+
+    Episodes are stored chunk by chunk, each chunk in one transaction; after a kill the
+    stage reruns and plays only the (task, sample) episodes no committed chunk holds.
+    """
+    cfg = run.config.explore
+    samples = samples or cfg.samples
+    name = stage_name or f"explore-{iteration}-{agent}"
+    sampling = Sampling(
+        temperature=cfg.temperature if temperature is None else temperature,
+        top_p=cfg.top_p,
+        max_new_tokens=cfg.max_new_tokens,
+    )
+
+    def stage(_: Path) -> dict[str, Any]:
+        done = {
+            (t.task.id, t.metadata.get("sample", 0)) for t in run.store.trajectories(stage=name)
+        }
+        todo = [task for task in tasks if any((task.id, k) not in done for k in range(samples))]
+        if todo:
+            agent_policy = policy(run, model_dir, agent)
+            for start in range(0, len(todo), cfg.chunk):
+                chunk = todo[start : start + cfg.chunk]
+                played = rollout(
+                    agent_policy,
+                    run.pool,
+                    chunk,
+                    sampling=sampling,
+                    samples=samples,
+                    batch_size=cfg.batch_size,
+                    seed=run.config.seed * 1000 + iteration,
+                    agent=agent,
+                    max_length=run.config.model.max_length,
+                    description=f"{name} {start + len(chunk)}/{len(todo)}",
+                )
+                fresh = [t for t in played if (t.task.id, t.metadata.get("sample", 0)) not in done]
+                run.store.add_trajectories(fresh, iteration=iteration, stage=name)
+        rewards = [t.reward for t in run.store.trajectories(stage=name)]
+        return {
+            "kind": "explore",
+            "iteration": iteration,
+            "episodes": len(rewards),
+            "mean_reward": statistics.fmean(rewards) if rewards else 0.0,
+            "outcomes": {agent: outcome_shares(rewards, run.config.hard_negative_threshold)},
+        }
+
+    run.pipeline.run(name, stage, {"model": str(model_dir), "tasks": len(tasks)})
+    return run.store.trajectories(stage=name)
+
+
+def dpo(run: Run, name: str, start: Path, pairs: list[Pair], iteration: int) -> Path:
+    """Preference training of `start` on `pairs` (stage `dpo-<iteration>-<name>`).
+
+    The reference is `start` itself, the policy at the iteration's start (ETO); from the
+    second iteration on the learning rate and beta switch to `later_lr` / `later_beta`.
+    """
+    stage_name = f"dpo-{iteration}-{name}"
+    if not pairs:
+        # Nothing to learn from (e.g. every rollout succeeded): the model carries over.
+        run.pipeline.run(stage_name, lambda _: {"kind": "dpo", "pairs": 0, "skipped": True})
+        return start
+
+    def stage(out: Path) -> dict[str, Any]:
+        from transformers import AutoTokenizer
+
+        from coevo.train.batches import dpo_examples
+        from coevo.train.dpo import train_dpo
+
+        tokenizer = AutoTokenizer.from_pretrained(start)
+        examples = dpo_examples(pairs, tokenizer, max_length=run.config.model.max_length)
+        config = replace(run.config.dpo, output_dir=str(out), seed=run.config.seed + iteration)
+        if iteration > 1:
+            config = replace(
+                config,
+                lr=run.config.later_lr if run.config.later_lr is not None else config.lr,
+                beta=run.config.later_beta if run.config.later_beta is not None else config.beta,
+            )
+        result = train_dpo(str(start), examples, config, tokenizer=tokenizer)
+        last = next((r for r in reversed(result.history) if "loss" in r), {})
+        kinds: dict[str, int] = {}
+        for pair in pairs:
+            kinds[pair.kind] = kinds.get(pair.kind, 0) + 1
+        return {
+            "kind": "dpo",
+            "pairs": len(pairs),
+            "pair_kinds": kinds,
+            "steps": result.step,
+            "final": {k: v for k, v in last.items() if isinstance(v, int | float)},
+        }
+
+    run.store.add_pairs(pairs, iteration=iteration, stage=stage_name)
+    run.pipeline.run(stage_name, stage, {"start": str(start), "pairs": len(pairs)})
+    return run.dir / "stages" / stage_name / "model"
+
+
+def evaluate(run: Run, model_dir: Path, iteration: int) -> dict[str, Any]:
+    """Greedy rollouts of the target on the test splits (stage `eval-<iteration>`)."""
+    cfg = run.config.eval
+    sampling = Sampling(temperature=0.0, max_new_tokens=cfg.max_new_tokens)
+
+    def stage(_: Path) -> dict[str, Any]:
+        target = policy(run, model_dir, "target")
+        splits = {}
+        for split in cfg.splits:
+            tasks = run.tasks(split)
+            played = rollout(
+                target,
+                run.pool,
+                tasks,
+                sampling=sampling,
+                batch_size=cfg.batch_size,
+                seed=run.config.seed,
+                agent="target",
+                max_length=run.config.model.max_length,
+                description=f"eval {iteration} {split}",
+            )
+            run.store.add_trajectories(
+                played, iteration=iteration, stage=f"eval-{iteration}-{split}"
+            )
+            rewards = [t.reward for t in played]
+            splits[split] = {
+                "reward": statistics.fmean(rewards) if rewards else 0.0,
+                "success": statistics.fmean(r >= 1.0 for r in rewards) if rewards else 0.0,
+                "n": len(rewards),
+            }
+        return {"kind": "eval", "iteration": iteration, "splits": splits}
+
+    return run.pipeline.run(f"eval-{iteration}", stage, {"model": str(model_dir)})
