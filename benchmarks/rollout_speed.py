@@ -63,7 +63,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    # One thread by default: a nano model gains little from more, and on a shared machine
+    # threads that contend make every matrix product many times slower.
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-write", action="store_true", help="do not update the results file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

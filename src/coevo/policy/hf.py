@@ -4,19 +4,20 @@ The decoding loop is written here rather than delegated to `model.generate` beca
 need three things it does not give together: rows that finish (end-of-turn token or a stop
 string such as "\\nObservation:") leave the batch and stop costing compute, each row can have
 its own seed so a sample does not depend on its batch neighbours, and the log-prob of every
-generated token under the model comes for free.
+generated token under the model comes for free. With `sessions`, an episode's key/value cache
+outlives the call, so the next step of a rollout runs the model on the new tokens only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from coevo.policy.base import Completion, PolicyError, Sampling
+from coevo.policy.cache import Session, common_prefix, new_cache
 from coevo.policy.render import RenderError, check_chat_template, end_of_turn_ids
 
 DTYPES = {
@@ -57,83 +58,6 @@ def check_model_dir(path: Path | str, what: str = "model") -> Path:
     return path
 
 
-@dataclass
-class _Session:
-    """What a session key holds: the token ids seen and their per-layer keys and values."""
-
-    ids: list[int]
-    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (kv_heads, len(ids), head_dim)
-
-
-def _growing_layer_class() -> type:
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowingLayer(DynamicLayer):
-        """A DynamicLayer that writes new keys/values into reserved room.
-
-        The stock layer concatenates at every decoding step, copying the whole cache each
-        time; on CPU that copy cost more than the attention itself.
-        """
-
-        def __init__(self, reserve: int) -> None:
-            super().__init__()
-            self.reserve = reserve
-            self.length = 0
-            self.key_buffer: torch.Tensor | None = None
-            self.value_buffer: torch.Tensor | None = None
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            end = self.length + key_states.shape[-2]
-            if self.key_buffer is None or end > self.key_buffer.shape[-2]:
-                room = max(end + self.reserve, end * 3 // 2)
-                self.key_buffer = self._grow(self.key_buffer, key_states, room)
-                self.value_buffer = self._grow(self.value_buffer, value_states, room)
-            self.key_buffer[:, :, self.length : end] = key_states
-            self.value_buffer[:, :, self.length : end] = value_states
-            self.length = end
-            self.keys = self.key_buffer[:, :, :end]  # (batch, kv_heads, seq, head_dim) views
-            self.values = self.value_buffer[:, :, :end]
-            return self.keys, self.values
-
-        def _grow(self, old: torch.Tensor | None, new: torch.Tensor, room: int) -> torch.Tensor:
-            shape = (*new.shape[:2], room, new.shape[-1])
-            buffer = new.new_empty(shape)
-            if old is not None and self.length:
-                buffer[:, :, : self.length] = old[:, :, : self.length]
-            return buffer
-
-        def batch_select_indices(self, indices: torch.Tensor) -> None:
-            if self.key_buffer is not None:
-                self.key_buffer = self.key_buffer[indices]
-                self.value_buffer = self.value_buffer[indices]
-                self.keys = self.key_buffer[:, :, : self.length]
-                self.values = self.value_buffer[:, :, : self.length]
-
-    return GrowingLayer
-
-
-def _new_cache(config: Any, reserve: int) -> Any:
-    """A DynamicCache whose full-attention layers fill reserved room instead of concatenating."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
-
-    cache = DynamicCache(config=config)
-    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
-        growing = _growing_layer_class()
-        cache.layers = [growing(reserve) for _ in cache.layers]
-    return cache  # sliding-window or other layer kinds keep their own behaviour
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 class HFPolicy:
     """A causal LM (and optional PEFT LoRA adapter) loaded from local directories."""
 
@@ -172,7 +96,7 @@ class HFPolicy:
         stop.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         self.stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=self.device)
         self.max_sessions = max_sessions
-        self._sessions: dict[Hashable, _Session] = {}
+        self._sessions: dict[Hashable, Session] = {}
 
     @staticmethod
     def _with_adapter(model: Any, adapter: Path, merge: bool) -> Any:
@@ -283,7 +207,7 @@ class HFPolicy:
         reuse = [0] * n
         for i, entry in enumerate(entries):
             if entry is not None:
-                same = _common_prefix(entry.ids, prompts[i])
+                same = common_prefix(entry.ids, prompts[i])
                 reuse[i] = min(same, len(prompts[i]) - 1)  # the last token must run: logits
         cached_width = max(reuse)
         new = [p[r:] for p, r in zip(prompts, reuse, strict=True)]
@@ -296,7 +220,7 @@ class HFPolicy:
             positions[i, width - len(fresh) :] = torch.arange(r, r + len(fresh))
             attention[i, cached_width - r : cached_width] = 1
             attention[i, cached_width + width - len(fresh) :] = 1
-        cache = _new_cache(self.model.config, reserve=width + max_new_tokens + 1)
+        cache = new_cache(self.model.config, reserve=width + max_new_tokens + 1)
         if cached_width:
             donors = [(e, r) for e, r in zip(entries, reuse, strict=True) if r]
             for layer, (k0, v0) in enumerate(donors[0][0].kv):
@@ -326,7 +250,7 @@ class HFPolicy:
             raise AssertionError(f"cache holds {len(slots)} tokens for {len(ids)} ids")
         kv = [(layer.keys[row][:, slots], layer.values[row][:, slots]) for layer in cache.layers]
         self._sessions.pop(key, None)
-        self._sessions[key] = _Session(ids, kv)
+        self._sessions[key] = Session(ids, kv)
         while len(self._sessions) > self.max_sessions:  # forgotten sessions: drop the oldest
             self._sessions.pop(next(iter(self._sessions)))
 
