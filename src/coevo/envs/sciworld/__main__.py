@@ -80,6 +80,8 @@ def main() -> None:
                 record = env.gold.get(t["id"])
                 if record is not None and record.budget == env.types[t["task_name"]]["budget"]:
                     gold[t["id"]] = record.to_dict()
+                    if not record.valid:  # kept out of every split: its reason is enough
+                        gold[t["id"]]["actions"] = []
             env.manifest["gold"] = gold
             path = SHIPPED / manifest_name(env.sim.version, env.sim.deterministic)
             write_json_gz(path, env.manifest)
