@@ -42,7 +42,7 @@ from coevo.train.loop import (
     windows,
 )
 from coevo.train.losses import dpo_loss
-from coevo.train.model import AgentLogps, add_lora, frozen_copy, is_lora, load_model
+from coevo.train.model import AgentLogps, frozen_copy, is_lora, load_model, trainable
 from coevo.train.sft import LLAMA_LINEAR
 
 REFERENCE_FILE = "reference_logps.json"
@@ -89,6 +89,8 @@ class DpoConfig:
     stop_after_steps: int | None = None
     """End the run after this optimizer step with a checkpoint, as if cut off; the schedule
     still spans all epochs, so a later run with the same output_dir finishes the job."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: far less memory, about a third more time."""
     lora_r: int = 0
     """LoRA rank; 0 trains every weight."""
     lora_alpha: int = 16
@@ -138,14 +140,7 @@ def train_dpo(
     # Without LoRA a live reference is a frozen copy made before any update; with LoRA the
     # base model itself is the reference (adapters off), so nothing is copied.
     ref_net = AgentLogps(frozen_copy(model)) if live and config.lora_r == 0 else None
-    if config.lora_r > 0:
-        model = add_lora(
-            model,
-            r=config.lora_r,
-            alpha=config.lora_alpha,
-            dropout=config.lora_dropout,
-            target_modules=config.lora_target_modules,
-        )
+    model = trainable(model, config)
     net = AgentLogps(model)
     optimizer = make_optimizer(net, config.lr, config.weight_decay)
     net, optimizer = accelerator.prepare(net, optimizer)

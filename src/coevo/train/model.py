@@ -62,6 +62,26 @@ def add_lora(
         ) from None
 
 
+def trainable(model: Any, config: Any) -> nn.Module:
+    """The model to train, as a config asks: loaded, checkpointed, LoRA-wrapped.
+
+    `config` is an SftConfig or DpoConfig (fields gradient_checkpointing and lora_*).
+    """
+    model = load_model(model)
+    if config.gradient_checkpointing:
+        # Non-reentrant: works with frozen inputs (LoRA) and needs no input-grad hooks.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if config.lora_r > 0:
+        model = add_lora(
+            model,
+            r=config.lora_r,
+            alpha=config.lora_alpha,
+            dropout=config.lora_dropout,
+            target_modules=config.lora_target_modules,
+        )
+    return model
+
+
 def is_lora(model: nn.Module) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "merge_and_unload")
 
@@ -91,6 +111,11 @@ class AgentLogps(nn.Module):
         """
         target = action_mask[:, 1:].to(torch.bool)  # (batch, seq - 1): token t + 1 is scored
         tokens = target.sum(-1)
+        if _right_padded(attention_mask):
+            # Under causal attention a real token never sees the pads that follow it, so the
+            # mask changes nothing we score; without it SDPA takes its fused causal kernel,
+            # which neither materialises (heads, seq, seq) weights nor a 4-D mask.
+            attention_mask = None
         if not self._fast:
             logits = self.model(
                 input_ids=input_ids, attention_mask=attention_mask, use_cache=False
@@ -107,6 +132,13 @@ class AgentLogps(nn.Module):
         rows = rows.unsqueeze(1).expand_as(target)[target]  # (agent tokens,) sequence of each
         per_seq = torch.zeros(input_ids.shape[0], device=logps.device, dtype=logps.dtype)
         return per_seq.index_add(0, rows, logps), tokens
+
+
+def _right_padded(attention_mask: torch.Tensor) -> bool:
+    """True when every row is ones then zeros (left padding or holes need the real mask)."""
+    lengths = attention_mask.sum(-1, keepdim=True)  # (batch, 1)
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    return bool(torch.equal(attention_mask.to(torch.bool), positions < lengths))
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

@@ -1,0 +1,341 @@
+"""Our multi-turn DPO against TRL's DPOTrainer: tokens/s and peak memory on the same pairs.
+
+    python benchmarks/dpo_speed.py                  # 64 pairs, 1 epoch, batch 4
+    python benchmarks/dpo_speed.py --pairs 128 --repeats 3
+
+Setup (made locally, nothing downloaded): the `shop` env, a `coevo model init`-style nano model
+(tokenizer trained on shop expert episodes), and pairs of expert episode (chosen) vs a replayed
+failure (rejected: the expert's search, then the first other product of the results bought
+as is). Ours trains on the rendered pairs with the agent-token mask; TRL gets the same
+conversations packed into its prompt / chosen / rejected message lists (prompt = the opening
+user turn) with `precompute_ref_log_probs=True`. Same model, same pairs, batch, epochs,
+learning rate, beta, warm-up and constant schedule; both on the CPU in fp32.
+
+Each trainer runs in fresh subprocesses (`--child`), one thread each (torch.set_num_threads(1)),
+so neither inherits the other's memory, and thread contention cannot favour one. Speed and
+memory come from separate runs, measured the same way for both trainers:
+- tokens/s: the pair set's tokens (chosen + rejected, as rendered by coevo) times epochs,
+  divided by the CPU time of the whole training call, reference log-probs included. CPU time,
+  not wall time, because this machine is shared: wall time would measure the neighbours
+  (both are printed; on a quiet machine they agree).
+- peak memory: the growth of the process's peak RSS (`ru_maxrss`) over its RSS just before the
+  training call: what training needs on top of the loaded model and data (the Python + torch
+  baseline, several hundred MB for both, would only dilute the ratio). tracemalloc does not
+  see torch's allocations, so RSS it is. glibc keeps freed memory in its heap and then RSS
+  says more about allocation order than about need, so the memory runs set
+  MALLOC_MMAP_THRESHOLD_=65536 (large buffers go back to the system when freed); that costs
+  time, which is why speed is measured in runs without it.
+
+TRL's DPOConfig turns gradient checkpointing on by default; ours leaves it off. Settings are
+compared like with like (`--checkpointing on|off|both`, default on: TRL's default).
+
+With --repeats N every run is repeated N times (interleaved) and the best of each is kept.
+The last two lines are `speedup: N.NN` (ours / TRL tokens/s) and `memory ratio: N.NN`
+(ours / TRL peak growth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results" / "dpo_speed.md"
+ITEM = re.compile(r"\[(B0[A-Z0-9]{8})\]")
+
+
+def rss_mb() -> float:
+    """Current resident set size in MB (Linux /proc)."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KB
+
+
+def measure(train) -> dict:
+    """Wall time, CPU time and peak RSS growth of one training call."""
+    before = rss_mb()
+    wall, cpu = time.perf_counter(), time.process_time()
+    train()
+    return {
+        "wall": time.perf_counter() - wall,
+        "cpu": time.process_time() - cpu,
+        "peak_growth_mb": peak_rss_mb() - before,
+    }
+
+
+def make_pairs(n: int):
+    """Expert (reward 1) vs a worse replayed episode, for the first shop train tasks."""
+    from coevo.envs import make
+    from coevo.envs.episode import expert_trajectory, replay
+    from coevo.envs.react import format_reply
+    from coevo.trajectory import Pair
+
+    env = make("shop")
+    pairs = []
+    for task in env.tasks("train"):
+        expert = expert_trajectory(env, task)
+        replies = expert.agent_texts
+        if expert.reward < 1.0 or len(expert.turns) < 3:
+            continue
+        results = expert.turns[2].text  # the observation after the expert's search
+        chosen_item = re.search(r"click\[(B0[A-Z0-9]{8})\]", replies[1])
+        others = [i for i in ITEM.findall(results) if not chosen_item or i != chosen_item[1]]
+        if not others:
+            continue
+        wrong = [
+            replies[0],
+            format_reply(f"{others[0]} looks right; I open it.", f"click[{others[0]}]"),
+            format_reply("Good enough; I buy it.", "click[buy now]"),
+        ]
+        rejected = replay(env, task, wrong, agent="perturbed")
+        if rejected.reward < expert.reward:
+            pairs.append(Pair(expert, rejected, "expert_vs_perturbed", weight=1.0))
+        if len(pairs) == n:
+            return env, pairs
+    return env, pairs
+
+
+def trl_rows(pairs) -> list[dict]:
+    """Our conversations in TRL's conversational prompt / chosen / rejected layout."""
+
+    def messages(turns):
+        return [{"role": t.role, "content": t.text} for t in turns]
+
+    return [
+        {
+            "prompt": messages(p.chosen.turns[:1]),
+            "chosen": messages(p.chosen.turns[1:]),
+            "rejected": messages(p.rejected.turns[1:]),
+        }
+        for p in pairs
+    ]
+
+
+def run_ours(work: Path, args: argparse.Namespace) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from coevo.train import DpoConfig, dpo_examples, train_dpo
+    from coevo.trajectory import Pair
+
+    tok = AutoTokenizer.from_pretrained(work / "model")
+    model = AutoModelForCausalLM.from_pretrained(work / "model")
+    pairs = [Pair.from_json(line) for line in (work / "pairs.jsonl").read_text().splitlines()]
+    examples = dpo_examples(pairs, tok)
+    config = DpoConfig(
+        output_dir=str(work / f"ours-{os.getpid()}"),
+        beta=0.1,
+        lr=args.lr,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        warmup_ratio=0.1,
+        schedule="constant",
+        mixed_precision="no",
+        gradient_checkpointing=args.checkpointing == "on",
+        save_every=10**9,
+        save_final_model=False,
+        progress=False,
+        resume=False,
+    )
+    return measure(lambda: train_dpo(model, examples, config))
+
+
+def run_trl(work: Path, args: argparse.Namespace) -> dict:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+
+    from coevo.trajectory import Pair
+
+    tok = AutoTokenizer.from_pretrained(work / "model")
+    model = AutoModelForCausalLM.from_pretrained(work / "model")
+    pairs = [Pair.from_json(line) for line in (work / "pairs.jsonl").read_text().splitlines()]
+    dataset = Dataset.from_list(trl_rows(pairs))
+    config = DPOConfig(
+        output_dir=str(work / f"trl-{os.getpid()}"),
+        beta=0.1,
+        learning_rate=args.lr,
+        num_train_epochs=args.epochs,
+        per_device_train_batch_size=args.batch_size,
+        warmup_steps=0.1,  # a float below 1 is a ratio of the steps
+        lr_scheduler_type="constant_with_warmup",
+        precompute_ref_log_probs=True,
+        gradient_checkpointing=args.checkpointing == "on",
+        max_length=None,  # no truncation, as ours
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=10**9,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    trainer = DPOTrainer(model=model, args=config, train_dataset=dataset, processing_class=tok)
+    return measure(trainer.train)  # reference log-probs are computed inside, as ours
+
+
+def child(
+    which: str, work: Path, args: argparse.Namespace, checkpointing: str, memory: bool
+) -> dict:
+    cmd = [sys.executable, __file__, "--child", which, "--work", str(work)]
+    cmd += ["--checkpointing", checkpointing]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if memory:
+        env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    cmd += [
+        "--epochs",
+        str(args.epochs),
+        "--batch-size",
+        str(args.batch_size),
+        "--lr",
+        str(args.lr),
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    if out.returncode != 0:
+        sys.stderr.write(out.stdout + out.stderr)
+        raise SystemExit(f"the {which} run failed (exit {out.returncode})")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def machine() -> str:
+    load = os.getloadavg()
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=64)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--checkpointing",
+        choices=["on", "off", "both"],
+        default="on",
+        help="gradient checkpointing, set the same on both sides (TRL's default is on)",
+    )
+    parser.add_argument("--no-record", action="store_true", help="do not write the results file")
+    parser.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        import torch
+
+        torch.set_num_threads(1)
+        run = run_ours if args.child == "ours" else run_trl
+        print(json.dumps(run(args.work, args)))
+        return
+
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    # "on" last: the closing speedup / memory ratio lines are for TRL's default setting.
+    modes = ["off", "on"] if args.checkpointing == "both" else [args.checkpointing]
+    with tempfile.TemporaryDirectory(prefix="dpo_speed_") as tmp:
+        work = Path(tmp)
+        with console.status("building the nano model and the shop pairs"):
+            from transformers import AutoTokenizer
+
+            from coevo.policy.render import render
+            from coevo.policy.tiny import init_model
+
+            env, pairs = make_pairs(args.pairs)
+            info = init_model(env, "nano", work / "model", seed=0, max_tasks=200)
+            (work / "pairs.jsonl").write_text("\n".join(p.to_json() for p in pairs) + "\n")
+            tok = AutoTokenizer.from_pretrained(work / "model")
+            rendered = [render(t, tok) for p in pairs for t in (p.chosen, p.rejected)]
+        tokens = sum(len(r.input_ids) for r in rendered) * args.epochs
+        agent_share = sum(sum(r.action_mask) for r in rendered) * args.epochs / tokens
+        results: dict[tuple[str, str], list[dict]] = {}
+        for i in range(args.repeats):
+            for mode in modes:
+                for which in ("ours", "trl"):
+                    label = f"{which}, checkpointing {mode}, run {i + 1}/{args.repeats}"
+                    with console.status(f"training: {label}"):
+                        results.setdefault((which, mode), []).append(child(which, work, args, mode))
+
+    setup = (
+        f"{len(pairs)} shop pairs (expert vs perturbed), nano model "
+        f"({info['parameters']:,} parameters, vocab {info['vocab']}), {args.epochs} epoch(s), "
+        f"batch {args.batch_size} pairs, {tokens:,} tokens ({agent_share:.0%} agent tokens), "
+        f"mean sequence {tokens / args.epochs / len(rendered):.0f} tokens, best of {args.repeats}"
+    )
+    rows = [
+        "| trainer | gradient checkpointing | CPU s | wall s | tokens/s (CPU) | "
+        "tokens/s (wall) | peak RSS growth MB |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    ratios = {}
+    for mode in modes:
+        best = {}
+        for which, label in (("ours", "coevo train_dpo"), ("trl", "TRL DPOTrainer")):
+            speed = results[(which, mode, "speed")]
+            memory = results[(which, mode, "memory")]
+            b = best[which] = {
+                "cpu": min(r["cpu"] for r in speed),
+                "wall": min(r["wall"] for r in speed),
+                "mb": min(r["peak_growth_mb"] for r in memory),
+            }
+            rows.append(
+                f"| {label} | {mode} | {b['cpu']:.1f} | {b['wall']:.1f} | "
+                f"{tokens / b['cpu']:,.0f} | {tokens / b['wall']:,.0f} | {b['mb']:.0f} |"
+            )
+        ratios[mode] = (
+            best["trl"]["cpu"] / best["ours"]["cpu"],  # = ours / TRL tokens per CPU second
+            best["ours"]["mb"] / best["trl"]["mb"],
+        )
+    print(setup)
+    print(machine())
+    print("\n".join(rows))
+    for mode in modes[:-1]:
+        print(
+            f"checkpointing {mode}: speedup {ratios[mode][0]:.2f}, memory ratio {ratios[mode][1]:.2f}"
+        )
+    speedup, memory_ratio = ratios[modes[-1]]
+    if not args.no_record:
+        record(setup, rows, ratios)
+    print(f"speedup: {speedup:.2f}")
+    print(f"memory ratio: {memory_ratio:.2f}")
+
+
+def record(setup: str, rows: list[str], ratios: dict[str, tuple[float, float]]) -> None:
+    """Append this run's figures to the results file (earlier runs are kept below the notes)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    block = [
+        f"### {stamp}",
+        "",
+        f"- setup: {setup}",
+        f"- machine: {machine()}",
+        "",
+        *rows,
+        "",
+        *(
+            f"- checkpointing {mode}: speedup {r[0]:.2f} (goal >= 1.3), memory ratio {r[1]:.2f} "
+            "(goal <= 1.0)"
+            for mode, r in ratios.items()
+        ),
+        "",
+    ]
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    text = RESULTS.read_text() if RESULTS.exists() else "# DPO speed: coevo vs TRL\n\n## Runs\n\n"
+    RESULTS.write_text(text.rstrip("\n") + "\n\n" + "\n".join(block))
+
+
+if __name__ == "__main__":
+    main()
