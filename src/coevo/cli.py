@@ -30,7 +30,7 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int = 2) -> None:
     """Print a user-facing error in one sentence and exit: no traceback for a user's mistake."""
-    err_console.print(f"[bold red]error:[/] {message}")
+    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -268,7 +268,7 @@ def compare_command(
         tables = compare(run_dirs, metric=metric)
     except FileNotFoundError as exc:
         fail(str(exc))
-    console.print(to_markdown(tables))
+    print(to_markdown(tables))  # plain: Markdown tables must not be wrapped
     if out is not None:
         out.with_suffix(".md").write_text(to_markdown(tables))
         out.with_suffix(".json").write_text(json.dumps(tables, indent=2))
@@ -277,7 +277,7 @@ def compare_command(
 def _print_tables(run_dirs: list[Path]) -> None:
     from coevo.analysis.compare import compare, to_markdown
 
-    console.print(to_markdown(compare(run_dirs)))
+    print(to_markdown(compare(run_dirs)))
 
 
 @app.command()
@@ -296,7 +296,7 @@ def demo(
         tables = run_demo(out, overrides or [])
     except (ConfigError, RunDirError) as exc:
         fail(str(exc))
-    console.print(tables)
+    print(tables)
     console.print(f"tables written to {out / 'compare.md'}")
 
 

@@ -31,7 +31,8 @@ def run_failure_agent(run: Run) -> None:
     base = stages.base_model(run)
     demos = list(experts.values())
     target = stages.sft(run, "target", base, demos, seed=cfg.seed)
-    second = stages.sft(run, second_name, base, demos, seed=cfg.seed + 1)
+    second_base = stages.base_model(run, seed=cfg.seed + 1)
+    second = stages.sft(run, second_name, second_base, demos, seed=cfg.seed + 1)
     stages.evaluate(run, target, iteration=0)
     train = run.tasks("train")
     within = cfg.within_agent_pairs and cfg.explore.samples > 1

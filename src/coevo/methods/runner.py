@@ -6,6 +6,7 @@ kill cut off; a different recipe in the same directory is refused.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -42,6 +43,10 @@ SHARED_KEYS = ("env", "model", "sft", "seed", "eval")
 def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
     """Run (or finish) `config` in `out`; returns the run directory."""
     out = Path(out)
+    if config.model.cpu_threads is not None:
+        import torch
+
+        torch.set_num_threads(config.model.cpu_threads)
     pipeline = Pipeline(out, to_dict(config), quiet=quiet)
     save(config, out / "config.yaml")
     store = Store(out, run=config.label)
@@ -61,8 +66,9 @@ def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> 
     source_config = source / "config.yaml"
     if not source_config.is_file():
         raise ConfigError(f"init_from: {str(source)!r} is not a run directory (no config.yaml).")
-    theirs = yaml.safe_load(source_config.read_text())
-    ours = to_dict(config)
+    # Through JSON, so a tuple field and its YAML list compare equal.
+    theirs = json.loads(json.dumps(yaml.safe_load(source_config.read_text())))
+    ours = json.loads(json.dumps(to_dict(config)))
     differ = [k for k in SHARED_KEYS if theirs.get(k) != ours.get(k)]
     if differ:
         raise ConfigError(

@@ -69,23 +69,30 @@ def experts(run: Run) -> dict[str, Trajectory]:
     return {t.task.id: t for t in run.store.trajectories(stage="experts")}
 
 
-def base_model(run: Run) -> Path:
-    """The starting checkpoint: the configured path, or a tiny model made for the env."""
+def base_model(run: Run, seed: int | None = None) -> Path:
+    """The starting checkpoint: the configured path, or a tiny model made for the env.
+
+    A locally initialised model gets its weights from `seed` (default: the run's seed), so two
+    agents SFT-trained "independently" also start from independent initialisations; the
+    tokenizer is trained on the same corpus either way, so it is the same.
+    """
     if run.config.model.path is not None:
         return Path(run.config.model.path)
+    seed = run.config.seed if seed is None else seed
+    name = "model" if seed == run.config.seed else f"model-seed{seed}"
 
     def stage(out: Path) -> dict[str, Any]:
         from coevo.policy.tiny import init_model
 
         env = run.pool.acquire()
         try:
-            info = init_model(env, run.config.model.size, out / "model", seed=run.config.seed)
+            info = init_model(env, run.config.model.size, out / "model", seed=seed)
         finally:
             run.pool.release(env)
         return {"kind": "model", **info}
 
-    run.pipeline.run("model", stage)
-    return run.dir / "stages" / "model" / "model"
+    run.pipeline.run(name, stage)
+    return run.dir / "stages" / name / "model"
 
 
 def sft(run: Run, name: str, start: Path, trajectories: list[Trajectory], seed: int) -> Path:

@@ -1,0 +1,188 @@
+"""Runs of the methods end to end on nano models and the toy env: stages, pairs, resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from coevo.analysis.compare import compare
+from coevo.cli import app
+from coevo.config import build
+from coevo.methods.recipe import RunConfig
+from coevo.methods.runner import execute
+from coevo.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Small and fast: toy env (8 tasks a split), nano model, short replies, 2 iterations.
+FAST = {
+    "env": {"name": "tests.toy_env:ToyEnv", "options": {}},
+    "model": {"size": "nano", "max_length": 512},
+    "iterations": 2,
+    "sft": {"epochs": 8, "batch_size": 4, "lr": 3e-3, "progress": False},
+    "dpo": {"epochs": 1, "batch_size": 4, "lr": 1e-4, "progress": False},
+    "explore": {"samples": 2, "max_new_tokens": 24, "batch_size": 16, "chunk": 4},
+    "eval": {"max_new_tokens": 24, "batch_size": 16},
+}
+
+
+def recipe(**changes) -> RunConfig:
+    return build(RunConfig, {**FAST, **changes})
+
+
+@pytest.fixture(scope="module")
+def failure_run(tmp_path_factory) -> Path:
+    return execute(
+        recipe(method="failure_agent"), tmp_path_factory.mktemp("fa") / "run", quiet=True
+    )
+
+
+def manifest_times(run: Path) -> dict[str, float]:
+    import json
+
+    return {
+        p.parent.name: json.loads(p.read_text())["finished"]
+        for p in (run / "stages").glob("*/manifest.json")
+    }
+
+
+def test_failure_agent_runs_every_stage(failure_run):
+    stages = set(manifest_times(failure_run))
+    expected = {"experts", "model", "model-seed1", "sft-target", "sft-failure", "eval-0"}
+    for i in (1, 2):
+        expected |= {
+            f"explore-{i}-target",
+            f"explore-{i}-failure",
+            f"dpo-{i}-failure",
+            f"dpo-{i}-target",
+            f"eval-{i}",
+        }
+    assert expected <= stages
+    assert (failure_run / "config.yaml").is_file()
+
+
+def test_failure_agent_stores_explorations_and_pairs(failure_run):
+    with Store(failure_run, create=False) as store:
+        for i in (1, 2):
+            for agent in ("target", "failure"):
+                rows = store.trajectories(stage=f"explore-{i}-{agent}")
+                # 8 train tasks x 2 samples, each (task, sample) exactly once.
+                keys = [(t.task.id, t.metadata["sample"]) for t in rows]
+                assert len(keys) == 16 and len(set(keys)) == 16
+        failure_pairs = store.pairs(stage="dpo-1-failure")
+        target_pairs = store.pairs(stage="dpo-1-target")
+    # The failure agent learns from failures only; the target from experts and failures.
+    assert all(p.kind == "failure_vs_failure" for p in failure_pairs)
+    assert all(p.chosen.reward > p.rejected.reward for p in failure_pairs + target_pairs)
+    kinds = {p.kind for p in target_pairs}
+    assert {"expert_vs_target", "expert_vs_failure"} <= kinds
+    for task in {p.task.id for p in target_pairs}:
+        weights = [
+            p.weight for p in target_pairs if p.task.id == task and p.chosen.agent == "expert"
+        ]
+        assert sum(weights) == pytest.approx(1.0)
+
+
+def test_compare_reads_the_run(failure_run):
+    tables = compare([failure_run])
+    cells = tables["rows"]["failure_agent"]
+    assert set(cells) == {"tests.toy_env:ToyEnv test_seen", "tests.toy_env:ToyEnv test_unseen"}
+    assert set(tables["outcomes"]) == {"failure_agent / target", "failure_agent / failure"}
+
+
+def test_rerun_skips_every_finished_stage(failure_run):
+    before = manifest_times(failure_run)
+    execute(recipe(method="failure_agent"), failure_run, quiet=True)
+    assert manifest_times(failure_run) == before
+
+
+def test_eto_starts_from_the_sft_run(tmp_path):
+    sft_run = execute(recipe(method="sft"), tmp_path / "sft", quiet=True)
+    eto_run = execute(
+        recipe(method="eto", iterations=1, init_from=str(sft_run)), tmp_path / "eto", quiet=True
+    )
+    adopted = manifest_times(eto_run)
+    assert {"experts", "model", "sft-target", "eval-0", "explore-1-target", "dpo-1-target"} <= set(
+        adopted
+    )
+    # The SFT checkpoint is the SFT run's (linked, not retrained).
+    ours = (eto_run / "stages/sft-target/model/model.safetensors").read_bytes()
+    assert ours == (sft_run / "stages/sft-target/model/model.safetensors").read_bytes()
+    with Store(eto_run, create=False) as store:
+        assert len(store.trajectories(stage="experts")) == 8
+    with pytest.raises(Exception, match="other seed"):
+        execute(recipe(method="eto", seed=5, init_from=str(sft_run)), tmp_path / "eto5", quiet=True)
+
+
+def test_resume_after_kill_mid_iteration(tmp_path):
+    """kill -9 while iteration 1 explores; the rerun keeps every committed trajectory."""
+    config = tmp_path / "recipe.yaml"
+    config.write_text(yaml.safe_dump({**FAST, "method": "eto", "iterations": 1}))
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "coevo.cli", "run", str(config), "--out", str(run)]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    db = run / "store.sqlite"
+    committed: list[tuple] = []
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if db.exists():
+                con = sqlite3.connect(db)
+                try:
+                    committed = con.execute(
+                        "SELECT id, task, created FROM trajectories WHERE stage='explore-1-target'"
+                    ).fetchall()
+                except sqlite3.OperationalError:  # the schema is not there yet
+                    committed = []
+                finally:
+                    con.close()
+                if committed:
+                    break
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert committed, "the run never reached exploration"
+    assert not (run / "stages/explore-1-target/manifest.json").exists()
+    before = manifest_times(run)
+
+    execute(build(RunConfig, {**FAST, "method": "eto", "iterations": 1}), run, quiet=True)
+    after = manifest_times(run)
+    assert all(after[name] == t for name, t in before.items())  # nothing finished was redone
+    with sqlite3.connect(db) as con:
+        rows = con.execute(
+            "SELECT id, task, created FROM trajectories WHERE stage='explore-1-target'"
+        ).fetchall()
+    assert set(committed) <= set(rows)  # nothing committed was lost
+    with Store(run, create=False) as store:
+        keys = [
+            (t.task.id, t.metadata["sample"]) for t in store.trajectories(stage="explore-1-target")
+        ]
+    assert len(keys) == len(set(keys)) == 16
+    assert "eval-1" in after
+
+
+def test_config_errors_name_themselves(tmp_path):
+    config = tmp_path / "r.yaml"
+    config.write_text("method: eto\nexplore:\n  temprature: 0.5\n")
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert (
+        "Unknown config key 'explore.temprature'. Did you mean 'explore.temperature'?"
+        in result.output
+    )
+    result = CliRunner().invoke(
+        app, ["run", str(config), "--out", str(tmp_path / "x"), "method=ppo"]
+    )
+    assert result.exit_code == 2 and "method must be one of" in result.output
