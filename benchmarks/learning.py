@@ -1,0 +1,114 @@
+"""Learning benchmark: SFT, RFT, ETO and failure-agent on shop and sql, several seeds.
+
+    python benchmarks/learning.py                                  # the full grid
+    python benchmarks/learning.py --envs shop --seeds 0 -- iterations=1
+
+Each (env, seed) first runs SFT; RFT, ETO and failure-agent start from that SFT policy
+(`init_from`), as the paper's methods share one SFT start. Runs go to `--out/<env>/<method>-s<seed>`
+and resume when the script is rerun. The tables (the paper's Table 3 and Table 2 layouts) and
+the wall time of every run are written to benchmarks/results/learning.md, keeping its notes
+section (what was tried) between the `notes` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import time
+from pathlib import Path
+
+from coevo.analysis.compare import compare, to_markdown
+from coevo.config import load
+from coevo.methods.recipe import RunConfig
+from coevo.methods.runner import execute
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "learning.md"
+NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
+
+
+def machine() -> str:
+    cpu = platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
+    dirs, timings = [], []
+    for env in args.envs:
+        for seed in args.seeds:
+            sft_dir = args.out / env / f"sft-s{seed}"
+            for method in args.methods:
+                overrides = [f"seed={seed}", *args.overrides]
+                run_dir = args.out / env / f"{method}-s{seed}"
+                if method != "sft":
+                    overrides.append(f"init_from={sft_dir}")
+                config = load(RunConfig, ROOT / "configs" / env / f"{method}.yaml", overrides)
+                start = time.perf_counter()
+                execute(config, run_dir)
+                seconds = time.perf_counter() - start
+                timings.append(f"| {env} | {method} | {seed} | {seconds / 60:.1f} |")
+                print(f"{env} {method} seed {seed}: {seconds / 60:.1f} min", flush=True)
+                dirs.append(run_dir)
+    return dirs, timings
+
+
+def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]) -> None:
+    old = RESULTS.read_text() if RESULTS.exists() else ""
+    found = re.search(re.escape(NOTES[0]) + r".*?" + re.escape(NOTES[1]), old, re.DOTALL)
+    notes = found.group(0) if found else f"{NOTES[0]}\n(no notes yet)\n{NOTES[1]}"
+    text = "\n".join(
+        [
+            "# Learning benchmark",
+            "",
+            f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}, load average "
+            f"{os.getloadavg()[0]:.1f} at the end.",
+            f"Grid: envs {' '.join(args.envs)}; methods {' '.join(args.methods)}; seeds "
+            f"{' '.join(map(str, args.seeds))}; overrides {' '.join(args.overrides) or '(none)'}.",
+            "Recipes: configs/<env>/<method>.yaml. Scores are the last iteration's greedy "
+            "evaluation, x100.",
+            "",
+            to_markdown(compare(dirs)),
+            "### Wall time per run (minutes; RFT/ETO/failure-agent exclude the shared SFT)",
+            "",
+            "| env | method | seed | minutes |",
+            "| --- | --- | --- | --- |",
+            *timings,
+            "",
+            "## Notes",
+            "",
+            notes,
+            "",
+        ]
+    )
+    RESULTS.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", nargs="+", default=["shop", "sql"])
+    parser.add_argument("--methods", nargs="+", default=["sft", "rft", "eto", "failure_agent"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "learning")
+    parser.add_argument("--no-write", action="store_true", help="Print only.")
+    parser.add_argument("overrides", nargs="*", help="Recipe overrides for every run (key=value).")
+    args = parser.parse_args()
+    if "sft" not in args.methods:
+        args.methods.insert(0, "sft")  # every other method starts from the SFT run
+    args.methods.sort(key=lambda m: m != "sft")
+    dirs, timings = run_grid(args)
+    print(to_markdown(compare(dirs)))
+    if not args.no_write:
+        write_results(args, dirs, timings)
+
+
+if __name__ == "__main__":
+    main()
