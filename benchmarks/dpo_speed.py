@@ -262,13 +262,15 @@ def main() -> None:
             rendered = [render(t, tok) for p in pairs for t in (p.chosen, p.rejected)]
         tokens = sum(len(r.input_ids) for r in rendered) * args.epochs
         agent_share = sum(sum(r.action_mask) for r in rendered) * args.epochs / tokens
-        results: dict[tuple[str, str], list[dict]] = {}
+        results: dict[tuple[str, str, str], list[dict]] = {}
         for i in range(args.repeats):
             for mode in modes:
-                for which in ("ours", "trl"):
-                    label = f"{which}, checkpointing {mode}, run {i + 1}/{args.repeats}"
-                    with console.status(f"training: {label}"):
-                        results.setdefault((which, mode), []).append(child(which, work, args, mode))
+                for kind in ("speed", "memory"):
+                    for which in ("ours", "trl"):
+                        label = f"{which}, checkpointing {mode}, {kind} run {i + 1}"
+                        with console.status(f"training: {label}"):
+                            got = child(which, work, args, mode, memory=kind == "memory")
+                        results.setdefault((which, mode, kind), []).append(got)
 
     setup = (
         f"{len(pairs)} shop pairs (expert vs perturbed), nano model "
