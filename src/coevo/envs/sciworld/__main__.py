@@ -3,6 +3,7 @@
     python -m coevo.envs.sciworld              # counts from the manifest (built if missing)
     python -m coevo.envs.sciworld --validate   # also replay every task's gold path (long)
     python -m coevo.envs.sciworld --validate --ship   # store the verdicts in the shipped manifest
+    python -m coevo.envs.sciworld --validate --reverse  # a second worker, from the other end
 
 Validation results go to the gold cache as they come, so an interrupted run resumes where it
 stopped.
@@ -23,7 +24,7 @@ from coevo.envs.sciworld.manifest import SHIPPED, manifest_name, write_json_gz
 from coevo.trajectory import Task
 
 
-def validate(env: SciWorldEnv, console: Console) -> None:
+def validate(env: SciWorldEnv, console: Console, reverse: bool = False) -> None:
     """Check every task's gold path (cached ones are not redone), evaluation splits first and
     each split in `tasks()` order, so an interrupted run has settled the tasks used first."""
     tasks = [
@@ -33,6 +34,8 @@ def validate(env: SciWorldEnv, console: Console) -> None:
         for split in ("test_unseen", "test_seen", "train")
         for t in interleave([t for t in env.manifest["tasks"] if t["split"] == split])
     ]  # fmt: skip
+    if reverse:  # a second process can work from the other end: the cache is shared
+        tasks.reverse()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())  # fmt: skip
     with Progress(*columns, console=console) as bar:
@@ -68,12 +71,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--validate", action="store_true", help="Replay every gold path.")
     parser.add_argument("--ship", action="store_true", help="Write the verdicts into data/.")
+    parser.add_argument("--reverse", action="store_true", help="Validate from the last task.")
     args = parser.parse_args()
     console = Console()
     with SciWorldEnv() as env:
         console.print(f"manifest: {env.manifest_source}")
         if args.validate:
-            validate(env, console)
+            validate(env, console, args.reverse)
         if args.ship:
             gold = {}
             for t in env.manifest["tasks"]:
