@@ -14,15 +14,16 @@ from coevo.methods.recipe import RunConfig
 from coevo.methods.runner import execute
 
 DEMO: dict = {
-    "env": {"name": "shop", "options": {"max_steps": 10}, "train_tasks": 160, "eval_tasks": 40},
-    "model": {"size": "nano", "max_length": 2048},
-    "iterations": 2,
-    "sft": {"epochs": 4, "batch_size": 8, "lr": 3.0e-3, "warmup_ratio": 0.03},
-    "dpo": {"epochs": 2, "batch_size": 4, "lr": 1.0e-4, "beta": 0.1},
+    "env": {"name": "shop", "options": {"max_steps": 10}, "train_tasks": 64, "eval_tasks": 25},
+    "model": {"size": "nano", "max_length": 1024},
+    # One iteration keeps the demo within 15 minutes on 2 cores; iterations=2 for more.
+    "iterations": 1,
+    "sft": {"epochs": 6, "batch_size": 8, "lr": 3.0e-3, "warmup_ratio": 0.03},
+    "dpo": {"epochs": 1, "batch_size": 4, "lr": 1.0e-4, "beta": 0.1},
     "later_lr": 5.0e-5,
     "later_beta": 0.5,
-    "explore": {"samples": 1, "temperature": 1.0, "batch_size": 40},
-    "eval": {"batch_size": 40},
+    "explore": {"samples": 1, "temperature": 1.0, "batch_size": 32, "max_new_tokens": 64},
+    "eval": {"batch_size": 25, "max_new_tokens": 64},
 }
 METHODS = ("sft", "eto", "failure_agent")
 

@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from coevo.analysis.outcomes import outcome_shares
-from coevo.envs.base import Env, make
 from coevo.envs.episode import expert_trajectory
 from coevo.methods.recipe import RunConfig
-from coevo.pipeline import Pipeline
+from coevo.pipeline import Pipeline, console
 from coevo.policy.base import Sampling
 from coevo.rollout import EnvPool, rollout
 from coevo.store import Store
@@ -39,9 +38,6 @@ class Run:
     def dir(self) -> Path:
         return self.pipeline.run_dir
 
-    def env(self) -> Env:
-        return make(self.config.env.name, **self.config.env.options)
-
     def tasks(self, split: str) -> list[Task]:
         env = self.pool.acquire()
         try:
@@ -61,7 +57,13 @@ def experts(run: Run) -> dict[str, Trajectory]:
             trajectories = [expert_trajectory(env, task) for task in run.tasks("train")]
         finally:
             run.pool.release(env)
+        # An expert that does not reach 1.0 is no demonstration: left out, and counted.
         solved = [t for t in trajectories if t.reward >= 1.0]
+        if len(solved) < len(trajectories):
+            console.print(
+                f"[yellow]experts: {len(trajectories) - len(solved)} of {len(trajectories)} "
+                "demonstrations did not reach reward 1.0 and are left out[/]"
+            )
         run.store.add_trajectories(solved, iteration=-1, stage="experts")
         return {"tasks": len(trajectories), "solved": len(solved)}
 
