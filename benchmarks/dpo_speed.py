@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import resource
 import subprocess
@@ -47,6 +46,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import describe
 
 RESULTS = Path(__file__).parent / "results" / "dpo_speed.md"
 ITEM = re.compile(r"\[(B0[A-Z0-9]{8})\]")
@@ -209,14 +210,6 @@ def child(
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def machine() -> str:
-    load = os.getloadavg()
-    return (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=64)
@@ -303,7 +296,7 @@ def main() -> None:
             best["ours"]["mb"] / best["trl"]["mb"],
         )
     print(setup)
-    print(machine())
+    print(describe())
     print("\n".join(rows))
     for mode in modes[:-1]:
         print(
@@ -323,7 +316,7 @@ def record(setup: str, rows: list[str], ratios: dict[str, tuple[float, float]]) 
         f"### {stamp}",
         "",
         f"- setup: {setup}",
-        f"- machine: {machine()}",
+        f"- machine: {describe()}",
         "",
         *rows,
         "",

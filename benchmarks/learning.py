@@ -13,11 +13,11 @@ section (what was tried) between the `notes` markers.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import re
 import time
 from pathlib import Path
+
+from machine import describe
 
 from coevo.analysis.compare import compare, to_markdown
 from coevo.config import load
@@ -27,18 +27,6 @@ from coevo.methods.runner import execute
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "learning.md"
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
-
-
-def machine() -> str:
-    cpu = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
@@ -69,8 +57,7 @@ def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]
         [
             "# Learning benchmark",
             "",
-            f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}, load average "
-            f"{os.getloadavg()[0]:.1f} at the end.",
+            f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {describe()} (at the end).",
             f"Grid: envs {' '.join(args.envs)}; methods {' '.join(args.methods)}; seeds "
             f"{' '.join(map(str, args.seeds))}; overrides {' '.join(args.overrides) or '(none)'}.",
             "Recipes: configs/<env>/<method>.yaml. Scores are the last iteration's greedy "

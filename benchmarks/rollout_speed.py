@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from machine import describe
 
 from coevo.envs import make
 from coevo.envs.episode import observation_message, opening_message
@@ -123,9 +123,7 @@ def main() -> None:
         f"{args.max_new_tokens}; lockstep batch size {args.batch_size}"
     )
     machine = (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
-        f"torch {torch.__version__}; load average (1 min) {load_before[0]:.2f} before, "
+        f"{describe()}; load average (1 min) {load_before[0]:.2f} before the timed runs, "
         f"{load_after[0]:.2f} after"
     )
     print(setup)
