@@ -13,6 +13,7 @@ section (what was tried) between the `notes` markers.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import time
 from pathlib import Path
@@ -22,11 +23,22 @@ from machine import describe
 from coevo.analysis.compare import compare, to_markdown
 from coevo.config import load
 from coevo.methods.recipe import RunConfig
-from coevo.methods.runner import execute
+from coevo.methods.runner import SHARED_STAGES, execute
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "learning.md"
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
+
+
+def run_minutes(run_dir: Path, *, shared: bool) -> float:
+    """Minutes the run's own stages took, from their manifests (so a resumed grid still
+    reports them); stages adopted from the SFT run (`init_from`) are not counted."""
+    total = 0.0
+    for path in (run_dir / "stages").glob("*/manifest.json"):
+        if shared and path.parent.name in SHARED_STAGES:
+            continue
+        total += json.loads(path.read_text()).get("seconds", 0.0)
+    return total / 60
 
 
 def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
@@ -40,11 +52,10 @@ def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
                 if method != "sft":
                     overrides.append(f"init_from={sft_dir}")
                 config = load(RunConfig, ROOT / "configs" / env / f"{method}.yaml", overrides)
-                start = time.perf_counter()
                 execute(config, run_dir)
-                seconds = time.perf_counter() - start
-                timings.append(f"| {env} | {method} | {seed} | {seconds / 60:.1f} |")
-                print(f"{env} {method} seed {seed}: {seconds / 60:.1f} min", flush=True)
+                minutes = run_minutes(run_dir, shared=method != "sft")
+                timings.append(f"| {env} | {method} | {seed} | {minutes:.1f} |")
+                print(f"{env} {method} seed {seed}: {minutes:.1f} min", flush=True)
                 dirs.append(run_dir)
     return dirs, timings
 
@@ -64,7 +75,8 @@ def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]
             "evaluation, x100.",
             "",
             to_markdown(compare(dirs)),
-            "### Wall time per run (minutes; RFT/ETO/failure-agent exclude the shared SFT)",
+            "### Wall time per run (minutes, summed over the run's stages; RFT, ETO and "
+            "failure-agent exclude the SFT stages they share)",
             "",
             "| env | method | seed | minutes |",
             "| --- | --- | --- | --- |",
