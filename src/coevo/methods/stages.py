@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from coevo.analysis.outcomes import outcome_shares
+from coevo.envs.base import EnvError
 from coevo.envs.episode import expert_trajectory
 from coevo.methods.recipe import RunConfig
 from coevo.pipeline import Pipeline, console
@@ -52,20 +53,26 @@ def experts(run: Run) -> dict[str, Trajectory]:
     """Expert demonstrations of the training tasks, by task id (stage `experts`)."""
 
     def stage(_: Path) -> dict[str, Any]:
+        tasks = run.tasks("train")
         env = run.pool.acquire()
+        trajectories, refused = [], []
         try:
-            trajectories = [expert_trajectory(env, task) for task in run.tasks("train")]
+            for task in tasks:
+                try:
+                    trajectories.append(expert_trajectory(env, task))
+                except EnvError as exc:  # e.g. a ScienceWorld gold path found broken
+                    refused.append(f"{task.id}: {exc}")
         finally:
             run.pool.release(env)
         # An expert that does not reach 1.0 is no demonstration: left out, and counted.
         solved = [t for t in trajectories if t.reward >= 1.0]
-        if len(solved) < len(trajectories):
+        if len(solved) < len(tasks):
             console.print(
-                f"[yellow]experts: {len(trajectories) - len(solved)} of {len(trajectories)} "
-                "demonstrations did not reach reward 1.0 and are left out[/]"
+                f"[yellow]experts: {len(tasks) - len(solved)} of {len(tasks)} train tasks have "
+                "no demonstration reaching reward 1.0; they are left out[/]"
             )
         run.store.add_trajectories(solved, iteration=-1, stage="experts")
-        return {"tasks": len(trajectories), "solved": len(solved)}
+        return {"tasks": len(tasks), "solved": len(solved), "refused": refused[:20]}
 
     run.pipeline.run("experts", stage)
     return {t.task.id: t for t in run.store.trajectories(stage="experts")}
