@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from machine import describe
 
 from coevo.envs import make
 
@@ -172,18 +173,6 @@ def sciworld_overhead(args: argparse.Namespace) -> list[str]:
 EXTRA["sciworld"] = sciworld_overhead
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
-
-
 def write_section(env: str, lines: list[str]) -> None:
     """Replace this env's section of the results file, keeping the others."""
     text = RESULTS.read_text() if RESULTS.exists() else "# Environment speed\n"
@@ -205,9 +194,15 @@ def main() -> None:
     envs = sorted({c.env for c in CASES} | set(EXTRA)) if not args.env else args.env
     stamp = time.strftime("%Y-%m-%d %H:%M")
     for env in envs:
-        # Other work on the machine slows the figures: record the load they were measured under.
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-        lines = [f"## {env}", "", f"Measured {stamp} on {machine()}, load average {load}.", ""]
+        lines = [
+            f"## {env}",
+            "",
+            f"Measured {stamp} on {describe()}.",
+            "",
+            f"Timed on a fresh env over up to {args.tasks} distinct train tasks; when they take "
+            f"less than {args.seconds:g} s they repeat, and an env's memory cache is then warm.",
+            "",
+        ]
         lines += [
             "| case | steps/s | goal | episodes | env build (s) |",
             "| --- | --- | --- | --- | --- |",
