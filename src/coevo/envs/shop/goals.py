@@ -92,6 +92,19 @@ def make_goal(product: Product, rng: random.Random) -> dict[str, Any]:
     attributes = rng.sample(product.attributes, k)
     groups = {g: rng.choice(values) for g, values in product.options if rng.random() < 0.8}
     upper = price_upper(product.price, rng)
+    instruction = instruction_text(product.query, attributes, groups, upper, rng)
+    return goal_data(product, attributes, list(groups.values()), groups, upper, instruction)
+
+
+def goal_data(
+    product: Product,
+    attributes: list[str],
+    options: list[str],
+    groups: dict[str, str],
+    upper: float,
+    instruction: str,
+) -> dict[str, Any]:
+    """A goal as `Task.data` holds it: the target product's fields and what to match."""
     return {
         "asin": product.asin,
         "name": product.title,
@@ -99,10 +112,10 @@ def make_goal(product: Product, rng: random.Random) -> dict[str, Any]:
         "category": product.category,
         "product_category": product.product_category,
         "attributes": attributes,
-        "goal_options": list(groups.values()),
+        "goal_options": options,
         "option_groups": groups,
         "price_upper": upper,
-        "instruction": instruction_text(product.query, attributes, groups, upper, rng),
+        "instruction": instruction,
     }
 
 

@@ -35,7 +35,7 @@ from typing import Any
 from coevo.envs.base import EnvError
 from coevo.envs.shop.catalog import Product
 from coevo.envs.shop.expert import pick_options
-from coevo.envs.shop.goals import price_text, price_upper
+from coevo.envs.shop.goals import goal_data, price_text, price_upper
 from coevo.envs.shop.reward import score
 
 log = logging.getLogger(__name__)
@@ -159,18 +159,8 @@ def _goal(product: Product, ins: dict[str, Any], rng: random.Random) -> dict[str
     options = list(groups.values()) if groups else [str(o) for o in raw_options]
     upper = ins.get("price_upper")
     upper = float(upper) if upper is not None else price_upper(product.price, rng)
-    return {
-        "asin": product.asin,
-        "name": product.title,
-        "query": product.query,
-        "category": product.category,
-        "product_category": product.product_category,
-        "attributes": attributes,
-        "goal_options": options,
-        "option_groups": groups,
-        "price_upper": upper,
-        "instruction": str(ins.get("instruction") or "").strip().strip(".") + price_text(upper),
-    }
+    instruction = str(ins.get("instruction") or "").strip().strip(".") + price_text(upper)
+    return goal_data(product, attributes, options, groups, upper, instruction)
 
 
 def _synthetic(product: Product, ins: dict[str, Any], rng: random.Random) -> dict[str, Any]:
