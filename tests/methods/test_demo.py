@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+import pytest
+
+from coevo.config import ConfigError
+from coevo.methods.demo import demo_configs
+
+
+def test_demo_recipes_share_the_sft_start(tmp_path):
+    runs = demo_configs(tmp_path, [])
+    assert [c.method for c, _ in runs] == ["sft", "eto", "failure_agent"]
+    assert runs[0][0].init_from is None
+    assert all(c.init_from == str(tmp_path / "sft") for c, _ in runs[1:])
+    assert all(c.env.name == "shop" and c.model.path is None for c, _ in runs)
+
+
+def test_demo_overrides_apply_and_are_checked(tmp_path):
+    runs = demo_configs(tmp_path, ["iterations=2", "env.eval_tasks=5"])
+    assert all(c.iterations == 2 and c.env.eval_tasks == 5 for c, _ in runs)
+    with pytest.raises(ConfigError, match="iterationz"):
+        demo_configs(tmp_path, ["iterationz=2"])
