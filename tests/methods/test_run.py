@@ -101,8 +101,12 @@ def test_compare_reads_the_run(failure_run):
 
 def test_rerun_skips_every_finished_stage(failure_run):
     before = manifest_times(failure_run)
+    with Store(failure_run, create=False) as store:
+        rows = (store.count("trajectories"), store.count("pairs"))
     execute(recipe(method="failure_agent"), failure_run, quiet=True)
     assert manifest_times(failure_run) == before
+    with Store(failure_run, create=False) as store:  # nothing stored a second time
+        assert (store.count("trajectories"), store.count("pairs")) == rows
 
 
 def test_eto_starts_from_the_sft_run(tmp_path):

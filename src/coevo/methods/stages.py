@@ -54,6 +54,9 @@ def experts(run: Run) -> dict[str, Trajectory]:
 
     def stage(_: Path) -> dict[str, Any]:
         tasks = run.tasks("train")
+        stored = run.store.trajectories(stage="experts")
+        if stored:  # committed before a kill cut this stage short
+            return {"tasks": len(tasks), "solved": len(stored), "refused": []}
         env = run.pool.acquire()
         trajectories, refused = [], []
         try:
@@ -216,6 +219,9 @@ def dpo(run: Run, name: str, start: Path, pairs: list[Pair], iteration: int) -> 
         from coevo.train.batches import dpo_examples
         from coevo.train.dpo import train_dpo
 
+        # Stored once per stage: a rerun after a kill finds them already there.
+        if not run.store.pairs(stage=stage_name):
+            run.store.add_pairs(pairs, iteration=iteration, stage=stage_name)
         tokenizer = AutoTokenizer.from_pretrained(start)
         examples = dpo_examples(pairs, tokenizer, max_length=run.config.model.max_length)
         config = replace(run.config.dpo, output_dir=str(out), seed=run.config.seed + iteration)
@@ -238,7 +244,6 @@ def dpo(run: Run, name: str, start: Path, pairs: list[Pair], iteration: int) -> 
             "final": {k: v for k, v in last.items() if isinstance(v, int | float)},
         }
 
-    run.store.add_pairs(pairs, iteration=iteration, stage=stage_name)
     run.pipeline.run(stage_name, stage, {"start": str(start), "pairs": len(pairs)})
     return run.dir / "stages" / stage_name / "model"
 
@@ -252,21 +257,22 @@ def evaluate(run: Run, model_dir: Path, iteration: int) -> dict[str, Any]:
         target = policy(run, model_dir, "target")
         splits = {}
         for split in cfg.splits:
-            tasks = run.tasks(split)
-            played = rollout(
-                target,
-                run.pool,
-                tasks,
-                sampling=sampling,
-                batch_size=cfg.batch_size,
-                seed=run.config.seed,
-                agent="target",
-                max_length=run.config.model.max_length,
-                description=f"eval {iteration} {split}",
-            )
-            run.store.add_trajectories(
-                played, iteration=iteration, stage=f"eval-{iteration}-{split}"
-            )
+            name = f"eval-{iteration}-{split}"
+            # A split finished before a kill is read back rather than played and stored again.
+            played = run.store.trajectories(stage=name)
+            if not played:
+                played = rollout(
+                    target,
+                    run.pool,
+                    run.tasks(split),
+                    sampling=sampling,
+                    batch_size=cfg.batch_size,
+                    seed=run.config.seed,
+                    agent="target",
+                    max_length=run.config.model.max_length,
+                    description=f"eval {iteration} {split}",
+                )
+                run.store.add_trajectories(played, iteration=iteration, stage=name)
             rewards = [t.reward for t in played]
             splits[split] = {
                 "reward": statistics.fmean(rewards) if rewards else 0.0,
