@@ -32,6 +32,7 @@ from coevo.train.loop import (
     Meter,
     RunDir,
     TrainResult,
+    check_loop_settings,
     finish,
     global_sum,
     lr_factor,
@@ -105,17 +106,13 @@ class DpoConfig:
     """Show a rich progress bar."""
 
     def validate(self) -> None:
-        for name in ("epochs", "batch_size", "grad_accum", "save_every", "save_total_limit"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"DpoConfig.{name} must be >= 1, got {getattr(self, name)}.")
+        check_loop_settings(self)
         if self.beta <= 0:
             raise ValueError(f"DpoConfig.beta must be > 0, got {self.beta}.")
         if self.reference not in ("precomputed", "live"):
             raise ValueError(
                 f"DpoConfig.reference must be 'precomputed' or 'live', got {self.reference!r}."
             )
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"DpoConfig.warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
 
 
 def train_dpo(

@@ -31,6 +31,17 @@ from coevo.train.model import finish_model, mixed_precision, save_model
 SCHEDULES = ("cosine", "constant", "linear")
 
 
+def check_loop_settings(config: Any) -> None:
+    """The checks every trainer config shares (SftConfig, DpoConfig): counts and warm-up."""
+    name = type(config).__name__
+    for field_name in ("epochs", "batch_size", "grad_accum", "save_every", "save_total_limit"):
+        value = getattr(config, field_name)
+        if value < 1:
+            raise ValueError(f"{name}.{field_name} must be >= 1, got {value}.")
+    if not 0 <= config.warmup_ratio < 1:
+        raise ValueError(f"{name}.warmup_ratio must be in [0, 1), got {config.warmup_ratio}.")
+
+
 def make_accelerator(precision: str) -> Accelerator:
     """One Accelerator per run; gradient accumulation is done by the loop (see `windows`)."""
     # step_scheduler_with_optimizer=False: the schedule is counted in this process's

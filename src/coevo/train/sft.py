@@ -24,6 +24,7 @@ from coevo.train.loop import (
     Meter,
     RunDir,
     TrainResult,
+    check_loop_settings,
     finish,
     global_sum,
     lr_factor,
@@ -91,11 +92,7 @@ class SftConfig:
     """Show a rich progress bar."""
 
     def validate(self) -> None:
-        for name in ("epochs", "batch_size", "grad_accum", "save_every", "save_total_limit"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"SftConfig.{name} must be >= 1, got {getattr(self, name)}.")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"SftConfig.warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
+        check_loop_settings(self)
 
 
 def train_sft(
