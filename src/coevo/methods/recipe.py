@@ -46,7 +46,7 @@ class ModelSection:
     """Token budget of one episode for training and generation; older turns are dropped."""
     cpu_threads: int | None = 1
     """torch intra-op threads on the CPU. Small models run fastest on one: on a 2-core VM,
-    1 thread trained a nano model 3x and decoded 13x faster than 2 (benchmarks/results).
+    1 thread trained a nano model 3x and decoded 13x faster than 2 (README, Methods).
     None keeps torch's default (all cores), which suits large models."""
 
 
