@@ -19,6 +19,7 @@ import torch
 from coevo.policy.base import Completion, PolicyError, Sampling
 from coevo.policy.cache import Session, common_prefix, new_cache
 from coevo.policy.render import RenderError, check_chat_template, end_of_turn_ids
+from coevo.policy.sample import choose
 
 DTYPES = {
     "float32": torch.float32,
@@ -150,7 +151,7 @@ class HFPolicy:
         window = max((len(s) for s in sampling.stop), default=0) + 2
         for step in range(sampling.max_new_tokens):
             row_generators = [generators[r] if r is not None else None for r in rows]
-            chosen, chosen_logp = self._choose(logits, sampling, row_generators)
+            chosen, chosen_logp = choose(logits, sampling, row_generators)
             done: list[int] = []
             chosen_list, logp_list = chosen.tolist(), chosen_logp.tolist()
             is_stop_id = torch.isin(chosen, self.stop_ids).tolist()
@@ -171,7 +172,7 @@ class HFPolicy:
                 if sessions is not None:
                     # The last chosen token was never fed to the model: the cache stops before it.
                     ids = prompts[r] + tokens[r][:-1]
-                    self._keep_session(sessions[r], ids, cache, attention, b)
+                    self._keep_session(sessions[r], ids, cache, b)
                 rows[b] = None
             live -= len(done)
             if live == 0:
@@ -199,8 +200,11 @@ class HFPolicy:
     ) -> tuple[Any, torch.Tensor, torch.Tensor]:
         """Run the prompts' uncached tokens; returns the cache, attention mask, next logits.
 
-        Slot layout per row, all rows right-aligned: [pad | cached tokens | pad | new tokens].
-        The mask hides the pads; positions count real tokens only, as they would unbatched.
+        Every row feeds its last `width` tokens (the longest uncached part in the batch), so a
+        row whose new part is shorter runs a few cached tokens again instead of pads. Each
+        row's real tokens are then contiguous and right-aligned, [pad | cached | fed], which
+        lets `_keep_session` keep a view rather than a copy. Positions count real tokens only,
+        as they would unbatched.
         """
         n = len(prompts)
         entries = [self._sessions.get(k) for k in sessions] if sessions else [None] * n
@@ -209,29 +213,25 @@ class HFPolicy:
             if entry is not None:
                 same = common_prefix(entry.ids, prompts[i])
                 reuse[i] = min(same, len(prompts[i]) - 1)  # the last token must run: logits
-        cached_width = max(reuse)
-        new = [p[r:] for p, r in zip(prompts, reuse, strict=True)]
-        width = max(len(x) for x in new)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)  # (batch, new)
+        width = max(len(p) - r for p, r in zip(prompts, reuse, strict=True))
+        cached = [max(len(p) - width, 0) for p in prompts]  # <= reuse, by the choice of width
+        cached_width = max(cached)
+        total = cached_width + width
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)  # (batch, fed)
         positions = torch.zeros((n, width), dtype=torch.long)
-        attention = torch.zeros((n, cached_width + width), dtype=torch.long)  # (batch, slots)
-        for i, (fresh, r) in enumerate(zip(new, reuse, strict=True)):
-            ids[i, width - len(fresh) :] = torch.as_tensor(fresh, dtype=torch.long)
-            positions[i, width - len(fresh) :] = torch.arange(r, r + len(fresh))
-            attention[i, cached_width - r : cached_width] = 1
-            attention[i, cached_width + width - len(fresh) :] = 1
-        cache = new_cache(self.model.config, reserve=width + max_new_tokens + 1)
-        if cached_width:
-            donors = [(e, r) for e, r in zip(entries, reuse, strict=True) if r]
-            for layer, (k0, v0) in enumerate(donors[0][0].kv):
-                # (batch, kv_heads, cached, head_dim), zeros in the masked pad slots
-                keys = k0.new_zeros((n, k0.shape[0], cached_width, k0.shape[2]))
-                values = v0.new_zeros((n, v0.shape[0], cached_width, v0.shape[2]))
-                for i, (entry, r) in enumerate(zip(entries, reuse, strict=True)):
-                    if r:
-                        keys[i, :, cached_width - r :] = entry.kv[layer][0][:, :r]
-                        values[i, :, cached_width - r :] = entry.kv[layer][1][:, :r]
-                cache.update(keys, values, layer)
+        attention = torch.zeros((n, total), dtype=torch.long)  # (batch, slots)
+        for i, (prompt, c) in enumerate(zip(prompts, cached, strict=True)):
+            fed = prompt[c:]
+            ids[i, width - len(fed) :] = torch.as_tensor(fed, dtype=torch.long)
+            positions[i, width - len(fed) :] = torch.arange(c, len(prompt))
+            attention[i, total - len(prompt) :] = 1
+        prefixes = [
+            [(k[:, :c], v[:, :c]) for k, v in entry.kv] if c else None
+            for entry, c in zip(entries, cached, strict=True)
+        ]
+        cache = new_cache(
+            self.model.config, width + max_new_tokens + 1, prefixes=prefixes, width=cached_width
+        )
         logits = self.model(
             input_ids=ids.to(self.device),
             attention_mask=attention.to(self.device),
@@ -242,13 +242,10 @@ class HFPolicy:
         ).logits[:, -1, :]  # (batch, vocab)
         return cache, attention.to(self.device), logits
 
-    def _keep_session(
-        self, key: Hashable, ids: list[int], cache: Any, attention: torch.Tensor, row: int
-    ) -> None:
-        slots = attention[row].nonzero()[:, 0]  # the row's real tokens, in order
-        if len(slots) != len(ids):
-            raise AssertionError(f"cache holds {len(slots)} tokens for {len(ids)} ids")
-        kv = [(layer.keys[row][:, slots], layer.values[row][:, slots]) for layer in cache.layers]
+    def _keep_session(self, key: Hashable, ids: list[int], cache: Any, row: int) -> None:
+        # The row's real tokens are the last len(ids) slots of the cache (see _prefill).
+        start = cache.layers[0].keys.shape[-2] - len(ids)
+        kv = [(layer.keys[row, :, start:], layer.values[row, :, start:]) for layer in cache.layers]
         self._sessions.pop(key, None)
         self._sessions[key] = Session(ids, kv)
         while len(self._sessions) > self.max_sessions:  # forgotten sessions: drop the oldest
@@ -272,36 +269,6 @@ class HFPolicy:
         else:
             shared.seed()
         return [shared] * n
-
-    @staticmethod
-    def _choose(
-        logits: torch.Tensor, sampling: Sampling, generators: list[torch.Generator | None]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Next token per row and its log-prob under the unmodified model distribution."""
-        if logits.dtype != torch.float64:
-            logits = logits.float()  # (rows, vocab)
-        if sampling.greedy:
-            chosen = logits.argmax(-1)
-        else:
-            probs = torch.softmax(logits / sampling.temperature, dim=-1)
-            if sampling.top_p < 1.0:
-                sorted_probs, order = probs.sort(dim=-1, descending=True)
-                # Drop a token when the tokens ranked above it already reach top_p.
-                drop = sorted_probs.cumsum(-1) - sorted_probs >= sampling.top_p
-                sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-                probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-            if all(g is generators[0] for g in generators):
-                chosen = torch.multinomial(probs, 1, generator=generators[0])[:, 0]
-            else:
-                # Row by row, each from its own generator; finished rows (None) draw nothing.
-                chosen = torch.cat(
-                    [
-                        torch.multinomial(p, 1, generator=g) if g is not None else p.argmax()[None]
-                        for p, g in zip(probs, generators, strict=True)
-                    ]
-                )
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, chosen[:, None])[:, 0]
-        return chosen, logp  # (rows,), (rows,)
 
     def _check_stop_strings(
         self,
