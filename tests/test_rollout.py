@@ -187,3 +187,33 @@ def test_session_reuses_the_cached_prefix(nano_model_dir):
     assert b.logprobs == pytest.approx(c.logprobs, abs=1e-9)
     policy.end_sessions(["e"])
     assert policy._sessions == {}
+
+
+def test_sessions_survive_rows_leaving_the_batch(nano_model_dir):
+    from coevo.policy.hf import HFPolicy
+    from coevo.policy.render import render_prompt
+    from coevo.trajectory import Turn
+
+    policy = HFPolicy(nano_model_dir, dtype="float64")
+    # Stop strings a random model hits at different steps: rows leave the batch one by one,
+    # so the batch is pruned while earlier rows' sessions still look into its cache.
+    sampling = Sampling(temperature=1.0, max_new_tokens=16, logprobs=True, stop=("e", "a"))
+    keys, seeds = [f"e{i}" for i in range(8)], list(range(8))
+    firsts = [
+        [Turn("user", f"Type {w}.")]
+        for w in ["fig", "kiwi", "plum", "pear", "lime", "date", "yam", "fog"]
+    ]
+    out = policy.generate([render_prompt(t, policy.tokenizer) for t in firsts], sampling,
+                          seeds=seeds, sessions=keys)  # fmt: skip
+    assert len({len(c.token_ids) for c in out}) > 2  # rows really finished at different steps
+    prompts = [
+        render_prompt(
+            [*t, Turn("assistant", c.text), Turn("user", "Observation: no.")], policy.tokenizer
+        )  # fmt: skip
+        for t, c in zip(firsts, out, strict=True)
+    ]
+    again = policy.generate(prompts, sampling, seeds=seeds, sessions=keys)
+    fresh = policy.generate(prompts, sampling, seeds=seeds)
+    assert [c.token_ids for c in again] == [c.token_ids for c in fresh]
+    for a, b in zip(again, fresh, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-9)

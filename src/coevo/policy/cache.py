@@ -19,8 +19,9 @@ class Session:
 
     ids: list[int]
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (kv_heads, len(ids), head_dim)
-    """Views into the batch cache the episode last ran in: keeping them copies nothing, and
-    that cache's memory is freed once no session looks into it any more."""
+    """Views into the batch cache the episode last ran in, so keeping them copies nothing;
+    `HFPolicy` copies them out only when that batch drops rows (the cache from before the
+    drop is then freed at once rather than held by the sessions viewing it)."""
 
 
 def _growing_layer_class() -> type:

@@ -144,6 +144,7 @@ class HFPolicy:
         # Batch row -> prompt index, None once finished. Dropping rows copies the whole cache,
         # so finished rows are only pruned once they are a quarter of the batch.
         rows: list[int | None] = list(range(n))
+        viewing: list[Hashable] = []  # sessions kept since the last prune: views of `cache`
         live = n
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[list[float]] = [[] for _ in range(n)]
@@ -173,6 +174,7 @@ class HFPolicy:
                     # The last chosen token was never fed to the model: the cache stops before it.
                     ids = prompts[r] + tokens[r][:-1]
                     self._keep_session(sessions[r], ids, cache, b)
+                    viewing.append(sessions[r])
                 rows[b] = None
             live -= len(done)
             if live == 0:
@@ -180,6 +182,10 @@ class HFPolicy:
             if (len(rows) - live) * 4 >= len(rows):
                 keep = [b for b, r in enumerate(rows) if r is not None]
                 index = torch.tensor(keep, dtype=torch.long, device=self.device)
+                # The dropped rows' sessions get their own copies (their size, not the
+                # batch's), so the cache from before the prune is freed right away.
+                self._own_sessions(viewing)
+                viewing.clear()
                 cache.batch_select_indices(index)
                 attention, next_position = attention[index], next_position[index]
                 chosen = chosen[index]
@@ -250,6 +256,13 @@ class HFPolicy:
         self._sessions[key] = Session(ids, kv)
         while len(self._sessions) > self.max_sessions:  # forgotten sessions: drop the oldest
             self._sessions.pop(next(iter(self._sessions)))
+
+    def _own_sessions(self, keys: Iterable[Hashable]) -> None:
+        for key in keys:
+            entry = self._sessions.get(key)
+            if entry is not None:
+                kv = [(k.clone(), v.clone()) for k, v in entry.kv]
+                self._sessions[key] = Session(entry.ids, kv)
 
     def end_sessions(self, keys: Iterable[Hashable]) -> None:
         """Free the caches kept for `keys` (episodes that are over)."""
