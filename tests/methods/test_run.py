@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -125,6 +127,27 @@ def test_eto_starts_from_the_sft_run(tmp_path):
         assert len(store.trajectories(stage="experts")) == 8
     with pytest.raises(Exception, match="other seed"):
         execute(recipe(method="eto", seed=5, init_from=str(sft_run)), tmp_path / "eto5", quiet=True)
+
+
+def test_pretrain_warms_up_the_local_model_before_sft(tmp_path):
+    from safetensors.torch import load_file
+
+    run = execute(
+        recipe(method="sft", model={**FAST["model"], "pretrain_epochs": 2}),
+        tmp_path / "run",
+        quiet=True,
+    )
+    stage = run / "stages/model"
+    info = json.loads((stage / "manifest.json").read_text())["outputs"]["pretrain"]
+    assert info["examples"] == 8 and info["steps"] == 4
+    init, warm = (
+        load_file(stage / "init/model.safetensors"),
+        load_file(stage / "model/model.safetensors"),
+    )
+    assert init.keys() == warm.keys()
+    assert all(not torch.equal(init[k], warm[k]) for k in init)  # every weight moved
+    sft_stage = json.loads((run / "stages/sft-target/manifest.json").read_text())
+    assert sft_stage["inputs"]["start"] == str(stage / "model")
 
 
 def test_resume_after_kill_mid_iteration(tmp_path):

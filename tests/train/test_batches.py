@@ -12,6 +12,7 @@ from coevo.train.batches import (
     check_seq,
     collate_dpo,
     dpo_examples,
+    lm_examples,
     sft_examples,
 )
 
@@ -73,3 +74,19 @@ def test_builders_render_trajectories_and_pairs(nano_model_dir):
     [ex] = dpo_examples([Pair(expert, wrong, "expert_vs_target", 0.5, 0.1)], tok)
     assert (ex.weight, ex.sft_weight) == (0.5, 0.1)
     assert list(ex.rejected.action_mask) == render(wrong, tok).action_mask
+
+
+def test_lm_examples_learn_every_token_observations_included(nano_model_dir):
+    from transformers import AutoTokenizer
+
+    from coevo.envs.episode import expert_trajectory
+    from tests.toy_env import ToyEnv
+
+    tok = AutoTokenizer.from_pretrained(nano_model_dir)
+    env = ToyEnv()
+    expert = expert_trajectory(env, env.tasks("train")[0])
+    [agent_only] = sft_examples([expert], tok)
+    [whole] = lm_examples([expert], tok)
+    assert whole.input_ids == tuple(agent_only.input_ids)
+    assert set(whole.action_mask) == {1}
+    assert 0 in agent_only.action_mask  # so the SFT mask really leaves tokens out

@@ -44,6 +44,14 @@ class ModelSection:
     """Generation device: auto, cpu, cuda, cuda:1, ..."""
     max_length: int = 2048
     """Token budget of one episode for training and generation; older turns are dropped."""
+    pretrain_epochs: int = 0
+    """Language-model warm-up of a locally initialised model (ignored with `path`): epochs over
+    the expert episodes of the train tasks with the loss on every token, observations
+    included, before any SFT. 0 skips it. A pretrained checkpoint already copies from its
+    context; a random-init one learns it far faster from whole episodes than from the agent's
+    tokens alone (benchmarks/results/learning.md)."""
+    pretrain_lr: float = 2e-3
+    """Peak learning rate of the warm-up; batch size and schedule are the sft section's."""
     cpu_threads: int | None = 1
     """torch intra-op threads on the CPU. Small models run fastest on one: on a 2-core VM,
     1 thread trained a nano model 3x and decoded 13x faster than 2 (README, Methods).
@@ -131,6 +139,10 @@ class RunConfig:
     def validate(self) -> None:
         if self.iterations < 0:
             raise ConfigError(f"iterations must be >= 0, got {self.iterations}.")
+        if self.model.pretrain_epochs < 0:
+            raise ConfigError(
+                f"model.pretrain_epochs must be >= 0, got {self.model.pretrain_epochs}."
+            )
         if self.explore.samples < 1:
             raise ConfigError(f"explore.samples must be >= 1, got {self.explore.samples}.")
         if not 0 < self.hard_negative_threshold < 1:

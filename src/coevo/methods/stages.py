@@ -86,25 +86,57 @@ def base_model(run: Run, seed: int | None = None) -> Path:
 
     A locally initialised model gets its weights from `seed` (default: the run's seed), so two
     agents SFT-trained "independently" also start from independent initialisations; the
-    tokenizer is trained on the same corpus either way, so it is the same.
+    tokenizer is trained on the same corpus either way, so it is the same. With
+    `model.pretrain_epochs`, the stage then warms the model up on the expert episodes (`pretrain`).
     """
     if run.config.model.path is not None:
         return Path(run.config.model.path)
     seed = run.config.seed if seed is None else seed
     name = "model" if seed == run.config.seed else f"model-seed{seed}"
+    cfg = run.config.model
 
     def stage(out: Path) -> dict[str, Any]:
         from coevo.policy.tiny import init_model
 
         env = run.pool.acquire()
         try:
-            info = init_model(env, run.config.model.size, out / "model", seed=seed)
+            init_dir = out / ("init" if cfg.pretrain_epochs else "model")
+            info = init_model(env, cfg.size, init_dir, seed=seed)
         finally:
             run.pool.release(env)
+        if cfg.pretrain_epochs:
+            info["pretrain"] = pretrain(run, init_dir, out, seed)
         return {"kind": "model", **info}
 
     run.pipeline.run(name, stage)
     return run.dir / "stages" / name / "model"
+
+
+def pretrain(run: Run, start: Path, out: Path, seed: int) -> dict[str, Any]:
+    """Language-model warm-up of `start` on the expert episodes, every token learned; the
+    model goes to `out/model` (part of the `model` stage, which resumes it after a kill)."""
+    from transformers import AutoTokenizer
+
+    from coevo.train.batches import lm_examples
+    from coevo.train.sft import train_sft
+
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    demos = list(experts(run).values())
+    examples = lm_examples(demos, tokenizer, max_length=run.config.model.max_length)
+    config = replace(
+        run.config.sft,
+        output_dir=str(out),
+        seed=seed,
+        epochs=run.config.model.pretrain_epochs,
+        lr=run.config.model.pretrain_lr,
+    )
+    result = train_sft(str(start), examples, config, tokenizer=tokenizer)
+    losses = [r["loss"] for r in result.history if "loss" in r]
+    return {
+        "examples": len(examples),
+        "steps": result.step,
+        "final_loss": losses[-1] if losses else None,
+    }
 
 
 def sft(run: Run, name: str, start: Path, trajectories: list[Trajectory], seed: int) -> Path:

@@ -6,7 +6,7 @@ the two loops with their configs; `model` and `loop` are the parts both loops sh
 
 from __future__ import annotations
 
-from coevo.train.batches import DpoExample, Tokens, dpo_examples, sft_examples
+from coevo.train.batches import DpoExample, Tokens, dpo_examples, lm_examples, sft_examples
 from coevo.train.dpo import DpoConfig, train_dpo
 from coevo.train.loop import TrainResult
 from coevo.train.losses import DpoLoss, dpo_loss, sequence_logps
@@ -21,6 +21,7 @@ __all__ = [
     "TrainResult",
     "dpo_examples",
     "dpo_loss",
+    "lm_examples",
     "sequence_logps",
     "sft_examples",
     "train_dpo",

@@ -172,6 +172,27 @@ def sft_examples(
     return out
 
 
+def lm_examples(
+    trajectories: Iterable[Trajectory], tokenizer: Any, *, max_length: int | None = None
+) -> list[TokenSeq]:
+    """Render trajectories for a language-model warm-up: every token is learned.
+
+    The same ids as `sft_examples`, with the mask set on the observations and instructions too.
+    A randomly initialised model learns to copy from its context (query words, product ids,
+    table names) from these: most of the copying in an episode happens in the observations
+    (each page repeats the instruction, an item page repeats the title it was opened from).
+    """
+    from coevo.policy.render import render
+
+    out = []
+    for t in trajectories:
+        ids = render(t, tokenizer, max_length=max_length).input_ids
+        seq = Tokens(tuple(ids), (1,) * len(ids))
+        check_seq(seq, f"Trajectory of task {t.task.id!r} (agent {t.agent!r})")
+        out.append(seq)
+    return out
+
+
 def dpo_examples(
     pairs: Iterable[Pair], tokenizer: Any, *, max_length: int | None = None
 ) -> list[DpoExample]:
