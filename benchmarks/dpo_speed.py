@@ -124,15 +124,22 @@ def trl_rows(pairs) -> list[dict]:
     ]
 
 
-def run_ours(work: Path, args: argparse.Namespace) -> dict:
+def load_inputs(work: Path) -> tuple:
+    """The tokenizer, a fresh copy of the model and the pairs both trainers get."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from coevo.train import DpoConfig, dpo_examples, train_dpo
     from coevo.trajectory import Pair
 
     tok = AutoTokenizer.from_pretrained(work / "model")
     model = AutoModelForCausalLM.from_pretrained(work / "model")
     pairs = [Pair.from_json(line) for line in (work / "pairs.jsonl").read_text().splitlines()]
+    return tok, model, pairs
+
+
+def run_ours(work: Path, args: argparse.Namespace) -> dict:
+    from coevo.train import DpoConfig, dpo_examples, train_dpo
+
+    tok, model, pairs = load_inputs(work)
     examples = dpo_examples(pairs, tok)
     config = DpoConfig(
         output_dir=str(work / f"ours-{os.getpid()}"),
@@ -154,14 +161,9 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
 
 def run_trl(work: Path, args: argparse.Namespace) -> dict:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
-    from coevo.trajectory import Pair
-
-    tok = AutoTokenizer.from_pretrained(work / "model")
-    model = AutoModelForCausalLM.from_pretrained(work / "model")
-    pairs = [Pair.from_json(line) for line in (work / "pairs.jsonl").read_text().splitlines()]
+    tok, model, pairs = load_inputs(work)
     dataset = Dataset.from_list(trl_rows(pairs))
     config = DPOConfig(
         output_dir=str(work / f"trl-{os.getpid()}"),
