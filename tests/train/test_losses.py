@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from coevo.train.losses import dpo_loss, sequence_logps
+from coevo.train.losses import dpo_loss, group_advantages, grpo_loss, sequence_logps
 
 LN3 = math.log(3.0)
 
@@ -196,3 +196,60 @@ def test_dpo_plus_sft_equals_trl_sigmoid_plus_sft_on_equal_lengths():
         chosen_tokens=torch.full((pairs,), length),
     )
     assert ours.loss.item() == pytest.approx(trl_loss.item(), rel=1e-6)
+
+
+def test_group_advantages_by_hand():
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.5, 0.2])
+    groups = torch.tensor([7, 7, 3, 3, 9])
+    # group 7: mean 0.5, std 0.5 -> +1, -1; group 3 all equal -> 0; a lone sample -> 0
+    scaled = group_advantages(rewards, groups)
+    assert scaled.tolist() == pytest.approx([1.0, -1.0, 0.0, 0.0, 0.0], abs=1e-5)
+    raw = group_advantages(rewards, groups, scale=False)
+    assert raw.tolist() == pytest.approx([0.5, -0.5, 0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="one shape"):
+        group_advantages(rewards, groups[:2])
+
+
+def test_grpo_on_policy_is_the_advantage_weighted_token_mean():
+    logps = torch.tensor([[-1.0, -2.0, 100.0], [-0.5, 100.0, 100.0]], requires_grad=True)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    out = grpo_loss(logps, logps.detach(), torch.tensor([2.0, -1.0]), mask)
+    # ratio 1 everywhere: per token -A; token mean over 3 agent tokens: (-2 - 2 + 1) / 3
+    assert out.loss.item() == pytest.approx(-1.0)
+    out.loss.backward()
+    expected = torch.tensor([[-2 / 3, -2 / 3, 0.0], [1 / 3, 0.0, 0.0]])
+    assert torch.allclose(logps.grad, expected)  # off-mask tokens: exactly 0, even at 100
+    assert out.metrics()["clip_fraction"].item() == 0.0
+
+
+@pytest.mark.parametrize(
+    ("delta", "adv", "clipped", "value"),
+    [
+        (0.5, 1.0, True, -1.28),  # ratio 1.65 above 1 + 0.28, good action: capped, no gradient
+        (0.5, -1.0, False, math.exp(0.5)),  # bad action made likelier: the full ratio counts
+        (-0.5, 1.0, False, -math.exp(-0.5)),  # good action made rarer: the full ratio counts
+        (-0.5, -1.0, True, 0.8),  # ratio 0.61 below 1 - 0.2, bad action: capped, no gradient
+    ],
+)
+def test_grpo_clips_asymmetrically(delta, adv, clipped, value):
+    old = torch.tensor([[-1.0]])
+    logps = (old + delta).clone().requires_grad_(True)
+    out = grpo_loss(logps, old, torch.tensor([adv]), torch.ones(1, 1))
+    assert out.loss.item() == pytest.approx(value, rel=1e-5)
+    assert bool(out.clipped[0, 0]) is clipped
+    out.loss.backward()
+    assert (logps.grad.abs().item() == 0.0) is clipped
+
+
+def test_grpo_kl_term_is_k3_times_beta():
+    logps = torch.tensor([[math.log(0.25), math.log(0.5)]])
+    ref = torch.tensor([[math.log(0.5), math.log(0.5)]])  # ref - logp = ln 2, then 0
+    mask = torch.ones(1, 2)
+    k3 = 2 - math.log(2) - 1
+    plain = grpo_loss(logps, logps, torch.tensor([0.0]), mask, ref_logps=ref)
+    assert plain.loss.item() == pytest.approx(0.0)  # beta 0: KL watched, not trained
+    assert plain.metrics()["kl"].item() == pytest.approx(k3 / 2)
+    with_kl = grpo_loss(logps, logps, torch.tensor([0.0]), mask, ref_logps=ref, beta=0.1)
+    assert with_kl.loss.item() == pytest.approx(0.1 * k3 / 2)
+    with pytest.raises(ValueError, match="needs ref_logps"):
+        grpo_loss(logps, logps, torch.tensor([0.0]), mask, beta=0.1)

@@ -9,18 +9,28 @@ from __future__ import annotations
 from coevo.train.batches import DpoExample, Tokens, dpo_examples, lm_examples, sft_examples
 from coevo.train.dpo import DpoConfig, train_dpo
 from coevo.train.loop import TrainResult
-from coevo.train.losses import DpoLoss, dpo_loss, sequence_logps
+from coevo.train.losses import (
+    DpoLoss,
+    GrpoLoss,
+    dpo_loss,
+    group_advantages,
+    grpo_loss,
+    sequence_logps,
+)
 from coevo.train.sft import SftConfig, train_sft
 
 __all__ = [
     "DpoConfig",
     "DpoExample",
     "DpoLoss",
+    "GrpoLoss",
     "SftConfig",
     "Tokens",
     "TrainResult",
     "dpo_examples",
     "dpo_loss",
+    "group_advantages",
+    "grpo_loss",
     "lm_examples",
     "sequence_logps",
     "sft_examples",

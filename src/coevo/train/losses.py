@@ -1,4 +1,5 @@
-"""Pure tensor losses of the trainers: sequence log-probs, agent-token NLL, weighted DPO + SFT.
+"""Pure tensor losses of the trainers: sequence log-probs, agent-token NLL, weighted DPO + SFT,
+GRPO's group advantages and clipped surrogate.
 
 No models, no files: tensors in, tensors out, so every number here can be checked by hand.
 
@@ -140,4 +141,125 @@ def dpo_loss(
         rejected_rewards=beta * rejected_ratio.detach(),
         chosen_logps=chosen_logps.detach(),
         rejected_logps=rejected_logps.detach(),
+    )
+
+
+def group_advantages(
+    rewards: torch.Tensor, groups: torch.Tensor, *, scale: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """GRPO's group-relative advantages: each reward minus its group's mean.
+
+    rewards: (episodes,); groups: (episodes,) integer group ids (one group = the K samples of
+    one task). With `scale` the difference is divided by the group's standard deviation
+    (population, + eps) as in GRPO; `scale=False` keeps the raw difference (Dr. GRPO). A group
+    whose samples all score the same gets advantage 0: it carries no signal. -> (episodes,)
+    """
+    if rewards.shape != groups.shape or rewards.dim() != 1:
+        raise ValueError(
+            f"group_advantages needs rewards and groups of one shape (episodes,), got "
+            f"{tuple(rewards.shape)} and {tuple(groups.shape)}."
+        )
+    rewards = rewards.float()
+    _, index = torch.unique(groups, return_inverse=True)
+    n_groups = int(index.max()) + 1 if index.numel() else 0
+    count = torch.zeros(n_groups, dtype=rewards.dtype, device=rewards.device)
+    count.index_add_(0, index, torch.ones_like(rewards))
+    mean = torch.zeros_like(count).index_add_(0, index, rewards) / count
+    centred = rewards - mean[index]
+    if not scale:
+        return centred
+    var = torch.zeros_like(count).index_add_(0, index, centred**2) / count
+    return centred / (var.sqrt()[index] + eps)
+
+
+@dataclass(frozen=True)
+class GrpoLoss:
+    """The clipped policy-gradient objective of a batch of episodes, with what users watch."""
+
+    loss: torch.Tensor
+    """() the token mean of `per_token` over every agent token in the batch."""
+    per_token: torch.Tensor
+    """(episodes, seq) policy-gradient term + beta * KL term, 0 off the mask."""
+    clipped: torch.Tensor
+    """(episodes, seq) bool: the clipped surrogate was the one taken (no gradient there)."""
+    kl: torch.Tensor
+    """(episodes, seq) the k3 estimate of KL(policy || reference), detached, 0 off the mask."""
+    ratio: torch.Tensor
+    """(episodes, seq) pi / pi_old, detached."""
+    mask: torch.Tensor
+    """(episodes, seq) bool: the agent tokens."""
+
+    def metrics(self) -> dict[str, torch.Tensor]:
+        """Means over agent tokens (detached scalars): loss, clip fraction, KL, ratio."""
+        n = self.mask.sum().clamp(min=1)
+        return {
+            "loss": self.loss.detach(),
+            "clip_fraction": (self.clipped & self.mask).sum() / n,
+            "kl": self.kl.sum() / n,
+            "ratio": torch.where(self.mask, self.ratio, 0.0).sum() / n,
+        }
+
+
+def grpo_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    ref_logps: torch.Tensor | None = None,
+    beta: float = 0.0,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+) -> GrpoLoss:
+    """PPO-style clipped surrogate with group-relative advantages, over agent tokens only.
+
+    logps, old_logps, ref_logps: (episodes, seq) per-token log-probs of the agent's tokens
+    under the policy being trained, the policy that sampled them and the reference; advantages:
+    (episodes,) from `group_advantages`; mask: (episodes, seq), 1 on the agent's tokens (the
+    observations an env wrote are never trained on). Per token,
+
+        -min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A) + beta * k3,
+        r = exp(logps - old_logps),  k3 = exp(ref - logps) - (ref - logps) - 1,
+
+    averaged over every agent token of the batch (token-mean aggregation: long episodes weigh
+    by their length). The clip range 0.2 / 0.28 ("clip-higher") is the one reported for a
+    public code base close to CoEvolve, which also uses beta = 0.001 with a reference; beta
+    defaults to 0 here (no reference model needed), as in TRL's GRPOTrainer.
+    """
+    if logps.shape != old_logps.shape or logps.shape != mask.shape:
+        raise ValueError(
+            f"grpo_loss needs logps, old_logps and mask of one shape (episodes, seq), got "
+            f"{tuple(logps.shape)}, {tuple(old_logps.shape)} and {tuple(mask.shape)}."
+        )
+    if advantages.shape != logps.shape[:1]:
+        raise ValueError(f"advantages must be (episodes,), got {tuple(advantages.shape)}.")
+    if beta and ref_logps is None:
+        raise ValueError("grpo_loss with beta > 0 needs ref_logps.")
+    if clip_low < 0 or clip_high < 0:
+        raise ValueError(f"clip ranges must be >= 0, got {clip_low} and {clip_high}.")
+    mask = mask.to(torch.bool)
+    logps = logps.float()
+    # Off-mask positions are replaced before exp so that padding values cannot overflow.
+    delta = torch.where(mask, logps - old_logps.float(), 0.0)
+    ratio = torch.exp(delta)
+    adv = advantages.float()[:, None]  # (episodes, 1)
+    unclipped = ratio * adv
+    clipped_ratio = ratio.clamp(1 - clip_low, 1 + clip_high)
+    surrogate = torch.minimum(unclipped, clipped_ratio * adv)
+    per_token = -surrogate
+    kl = torch.zeros_like(logps)
+    if ref_logps is not None:
+        log_ref_ratio = torch.where(mask, ref_logps.float() - logps, 0.0)
+        kl = torch.exp(log_ref_ratio) - log_ref_ratio - 1
+        if beta:
+            per_token = per_token + beta * kl
+    per_token = torch.where(mask, per_token, 0.0)
+    loss = per_token.sum() / mask.sum().clamp(min=1)
+    return GrpoLoss(
+        loss=loss,
+        per_token=per_token,
+        clipped=(clipped_ratio * adv < unclipped).detach(),
+        kl=torch.where(mask, kl, 0.0).detach(),
+        ratio=ratio.detach(),
+        mask=mask,
     )
