@@ -56,6 +56,12 @@ class Sampling:
         return d
 
 
+def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
+    """`text` up to the first place any stop string starts (all of it when none occurs)."""
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+    return text[:cut] if cut >= 0 else text
+
+
 FinishReason = Literal["stop", "length"]
 
 

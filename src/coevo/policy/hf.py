@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from coevo.policy.base import Completion, PolicyError, Sampling
+from coevo.policy.base import Completion, PolicyError, Sampling, cut_at_stop
 from coevo.policy.cache import Session, common_prefix, new_cache
 from coevo.policy.render import RenderError, check_chat_template, end_of_turn_ids
 from coevo.policy.sample import choose
@@ -313,9 +313,7 @@ class HFPolicy:
         self, tokens: list[int], logps: list[float], finish: str, sampling: Sampling
     ) -> Completion:
         text = self._decode_many([tokens])[0]  # special tokens (end of turn) are not text
-        cut = min((i for i in (text.find(s) for s in sampling.stop) if i >= 0), default=-1)
-        if cut >= 0:
-            text = text[:cut]
+        text = cut_at_stop(text, sampling.stop)
         return Completion(
             text=text,
             finish_reason="stop" if finish == "stop" else "length",

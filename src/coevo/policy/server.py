@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from coevo.policy.base import Completion, PolicyError, Sampling
+from coevo.policy.base import Completion, PolicyError, Sampling, cut_at_stop
 from coevo.policy.render import RenderError, check_chat_template
 
 
@@ -131,9 +131,7 @@ class ServerPolicy:
         except (KeyError, IndexError, TypeError):
             raise PolicyError(f"{self.url} gave no completion: {str(reply)[:300]}") from None
         # Servers cut at a stop string and leave it out; cut again in case one does not.
-        cut = min((i for i in (text.find(s) for s in sampling.stop) if i >= 0), default=-1)
-        if cut >= 0:
-            text = text[:cut]
+        text = cut_at_stop(text, sampling.stop)
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         token_ids = logprobs = None
         if sampling.logprobs and choice.get("logprobs"):
