@@ -21,7 +21,9 @@ app = typer.Typer(
 )
 env_app = typer.Typer(help="List, check and play environments.", no_args_is_help=True)
 app.add_typer(env_app, name="env")
-model_app = typer.Typer(help="Make local models.", no_args_is_help=True)
+model_app = typer.Typer(
+    help="Get pretrained models and make tiny local ones.", no_args_is_help=True
+)
 app.add_typer(model_app, name="model")
 
 console = Console()
@@ -197,6 +199,31 @@ def model_init(
     )
 
 
+@model_app.command("get")
+def model_get(
+    name: Annotated[str | None, typer.Argument(help="Pretrained model, e.g. smollm2-135m.")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Directory [$COEVO_CACHE/models/NAME].")
+    ] = None,
+    list_: Annotated[bool, typer.Option("--list", help="List the models coevo can get.")] = False,
+) -> None:
+    """Convert a pretrained model a package ships into a checkpoint (once; later calls reuse it)."""
+    from coevo.policy.models import PRETRAINED, ModelError, get_model
+
+    if list_ or name is None:
+        table = Table("name", "model", "package", "install")
+        for key, spec in PRETRAINED.items():
+            table.add_row(key, spec.about, spec.package, spec.install)
+        console.print(table)
+        return
+    try:
+        with console.status(f"getting {name}") as status:
+            path = get_model(name, out, progress=status.update)
+    except ModelError as exc:
+        fail(str(exc))
+    console.print(f"{name}: {path}")
+
+
 @app.command("export")
 def export_run(
     run_dir: Annotated[Path, typer.Argument(help="Run directory holding store.sqlite.")],
@@ -237,6 +264,7 @@ def run_command(
     from coevo.config import ConfigError, load
     from coevo.methods.recipe import RunConfig
     from coevo.pipeline import RunDirError
+    from coevo.policy.models import ModelError
 
     try:
         recipe = load(RunConfig, config, overrides or [])
@@ -246,7 +274,7 @@ def run_command(
 
     try:
         execute(recipe, out)
-    except (ConfigError, RunDirError, envs.EnvError) as exc:
+    except (ConfigError, RunDirError, envs.EnvError, ModelError) as exc:
         fail(str(exc))
     _print_tables([out])
 
@@ -291,10 +319,11 @@ def demo(
     from coevo.config import ConfigError
     from coevo.methods.demo import run_demo
     from coevo.pipeline import RunDirError
+    from coevo.policy.models import ModelError
 
     try:
         tables = run_demo(out, overrides or [])
-    except (ConfigError, RunDirError) as exc:
+    except (ConfigError, RunDirError, ModelError) as exc:
         fail(str(exc))
     print(tables)
     console.print(f"tables written to {out / 'compare.md'}")

@@ -30,14 +30,21 @@ class EnvSection:
     """Use the first N train tasks (None: all of them)."""
     eval_tasks: int | None = None
     """Evaluate on the first N tasks of each test split (None: all of them)."""
+    valid_tasks: int = 0
+    """Hold out the last N tasks of the env's train split as split `valid` (add it to
+    eval.splits): settings are chosen on it, never on the test splits. Never trained on."""
 
 
 @dataclass
 class ModelSection:
+    name: str | None = None
+    """A pretrained model coevo can install (`coevo model get --list`), e.g. smollm2-135m:
+    converted once into `$COEVO_CACHE/models/<name>` and loaded from there."""
     path: str | None = None
-    """A local Hugging Face checkpoint directory; None initialises a tiny model for the env."""
+    """A local Hugging Face checkpoint directory (instead of `name`)."""
     size: Literal["nano", "tiny", "small"] = "nano"
-    """Size of the locally initialised model when `path` is None (about 1M / 3M / 10M)."""
+    """Size of the locally initialised model when neither `name` nor `path` is given (about
+    1M / 3M / 10M parameters, random weights: for tests and format checks, not learning)."""
     dtype: str = "auto"
     """Generation dtype: auto (bf16 on a GPU that has it, else float32), float32, bfloat16."""
     device: str = "auto"
@@ -53,10 +60,20 @@ class ModelSection:
     (benchmarks/results/learning.md)."""
     pretrain_lr: float = 2e-3
     """Peak learning rate of the warm-up; batch size and schedule are the sft section's."""
-    cpu_threads: int | None = 1
-    """torch intra-op threads on the CPU. Small models run fastest on one: on a 2-core VM,
-    1 thread trained a nano model 3x and decoded 13x faster than 2 (README, Methods).
-    None keeps torch's default (all cores), which suits large models."""
+    cpu_threads: int | None = None
+    """torch intra-op threads on the CPU; None picks what was measured fastest for the model
+    on a 2-core VM: 1 for the tiny sizes (3x faster training, 13x faster decoding than 2),
+    2 for smollm2-135m (README, Models), torch's default (all cores) for a local path."""
+
+    def threads(self) -> int | None:
+        """The torch thread count to set (None: leave torch's default)."""
+        if self.cpu_threads is not None:
+            return self.cpu_threads
+        if self.name is not None:
+            from coevo.policy.models import packaged
+
+            return packaged(self.name).cpu_threads
+        return None if self.path is not None else 1
 
 
 @dataclass
@@ -138,6 +155,16 @@ class RunConfig:
         return self.name or self.method
 
     def validate(self) -> None:
+        if self.model.name is not None:
+            from coevo.policy.models import PRETRAINED
+
+            if self.model.path is not None:
+                raise ConfigError("model.name and model.path are both set: give one of them.")
+            if self.model.name not in PRETRAINED:
+                raise ConfigError(
+                    f"model.name: unknown pretrained model {self.model.name!r}; use one of "
+                    f"{', '.join(PRETRAINED)} (or model.path for a local checkpoint)."
+                )
         if self.iterations < 0:
             raise ConfigError(f"iterations must be >= 0, got {self.iterations}.")
         if self.model.pretrain_epochs < 0:
@@ -148,9 +175,15 @@ class RunConfig:
             raise ConfigError(f"explore.samples must be >= 1, got {self.explore.samples}.")
         if not 0 < self.hard_negative_threshold < 1:
             raise ConfigError("hard_negative_threshold must be in (0, 1).")
+        if self.env.valid_tasks < 0:
+            raise ConfigError(f"env.valid_tasks must be >= 0, got {self.env.valid_tasks}.")
         for split in self.eval.splits:
-            if split not in SPLITS:
-                raise ConfigError(f"eval.splits: unknown split {split!r}; use {', '.join(SPLITS)}.")
+            if split == "valid" and not self.env.valid_tasks:
+                raise ConfigError("eval.splits has valid but env.valid_tasks is 0: set it.")
+            if split not in (*SPLITS, "valid"):
+                raise ConfigError(
+                    f"eval.splits: unknown split {split!r}; use {', '.join(SPLITS)} or valid."
+                )
         for section in (self.sft, self.dpo):
             try:
                 section.validate()

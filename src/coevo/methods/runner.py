@@ -43,10 +43,11 @@ SHARED_KEYS = ("env", "model", "sft", "seed", "eval")
 def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
     """Run (or finish) `config` in `out`; returns the run directory."""
     out = Path(out)
-    if config.model.cpu_threads is not None:
+    threads = config.model.threads()
+    if threads is not None:
         import torch
 
-        torch.set_num_threads(config.model.cpu_threads)
+        torch.set_num_threads(threads)
     pipeline = Pipeline(out, to_dict(config), quiet=quiet)
     save(config, out / "config.yaml")
     store = Store(out, run=config.label)

@@ -23,7 +23,7 @@ from coevo.rollout import EnvPool, rollout
 from coevo.store import Store
 from coevo.trajectory import Pair, Task, Trajectory
 
-EXPERT = "expert"
+VALID = "valid"
 
 
 @dataclass
@@ -40,12 +40,20 @@ class Run:
         return self.pipeline.run_dir
 
     def tasks(self, split: str) -> list[Task]:
+        """The run's tasks of `split`; `valid` is the tail of the env's train split, which
+        the run never trains on (settings are chosen there, not on the test splits)."""
+        cfg = self.config.env
         env = self.pool.acquire()
         try:
-            tasks = env.tasks(split)
+            tasks = env.tasks("train" if split == VALID else split)
         finally:
             self.pool.release(env)
-        limit = self.config.env.train_tasks if split == "train" else self.config.env.eval_tasks
+        if split in ("train", VALID):
+            held = len(tasks) - cfg.valid_tasks
+            if split == VALID:
+                return tasks[held:]
+            tasks = tasks[:held]
+        limit = cfg.train_tasks if split == "train" else cfg.eval_tasks
         return tasks[:limit] if limit is not None else tasks
 
 
@@ -82,7 +90,8 @@ def experts(run: Run) -> dict[str, Trajectory]:
 
 
 def base_model(run: Run, seed: int | None = None) -> Path:
-    """The starting checkpoint: the configured path, or a tiny model made for the env.
+    """The starting checkpoint: the configured path, the named pretrained model (converted on
+    first use), or a tiny model made for the env.
 
     A locally initialised model gets its weights from `seed` (default: the run's seed), so two
     agents SFT-trained "independently" also start from independent initialisations; the
@@ -91,6 +100,10 @@ def base_model(run: Run, seed: int | None = None) -> Path:
     """
     if run.config.model.path is not None:
         return Path(run.config.model.path)
+    if run.config.model.name is not None:
+        from coevo.policy.models import get_model
+
+        return get_model(run.config.model.name, progress=console.print)
     seed = run.config.seed if seed is None else seed
     name = "model" if seed == run.config.seed else f"model-seed{seed}"
     cfg = run.config.model

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coevo.cache import coevo_cache
 from coevo.envs.sciworld import protocol
 from coevo.envs.sciworld.simulator import Simulator
 
@@ -52,7 +53,7 @@ def protocol_key() -> str:
 def version_dir(version: str, root: str | Path | None = None) -> Path:
     """Where this scienceworld version's manifest and gold cache live."""
     if root is None:
-        root = os.environ.get("COEVO_CACHE") or Path.home() / ".cache" / "coevo"
+        return coevo_cache("sciworld") / version
     return Path(root) / "sciworld" / version
 
 

@@ -9,12 +9,12 @@ built once and renamed into place, so concurrent processes at worst build it twi
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from coevo.cache import coevo_cache
 from coevo.envs.shop.catalog import Catalog, write_catalog
 from coevo.envs.shop.generator import GENERATOR_VERSION, generate_products
 
@@ -26,9 +26,7 @@ _SHOW_PROGRESS_FROM = 20_000
 def cache_root(cache_dir: str | Path | None = None) -> Path:
     if cache_dir is not None:
         return Path(cache_dir)
-    if os.environ.get("COEVO_CACHE"):
-        return Path(os.environ["COEVO_CACHE"]) / "shop"
-    return Path.home() / ".cache" / "coevo" / "shop"
+    return coevo_cache("shop")
 
 
 def generated_catalog(

@@ -21,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from coevo.cache import coevo_cache
 from coevo.envs.base import EnvError
 from coevo.envs.sql.joins import join_templates, three_table_templates
 from coevo.envs.sql.questions import Candidate, Values, single_table_templates
@@ -78,8 +79,7 @@ def cache_root(cache_dir: str | Path | None = None) -> Path:
     """Where generated data lives: `cache_dir`, else `$COEVO_CACHE/sql`, else ~/.cache/coevo/sql."""
     if cache_dir is not None:
         return Path(cache_dir)
-    base = os.environ.get("COEVO_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "coevo") / "sql"
+    return coevo_cache("sql")
 
 
 def ensure_generated(seed: int = 0, cache_dir: str | Path | None = None) -> Path:

