@@ -25,6 +25,7 @@ from typing import Any
 
 from coevo.envs.base import Env, StepResult
 from coevo.envs.episode import observation_message, opening_message
+from coevo.envs.react import parse
 from coevo.policy.base import Policy, Sampling
 from coevo.policy.render import ContextTooLongError, Conversation
 from coevo.trajectory import Task, Trajectory, Turn
@@ -98,6 +99,8 @@ class _Episode:
     steps: int = 0
     last: StepResult | None = None
     truncated_by_lengths: int = 0
+    format_errors: int = 0
+    invalid_actions: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
@@ -214,6 +217,12 @@ def _advance(pool: EnvPool, ep: _Episode, reply: str) -> bool:
         ep.metadata["env_error"] = f"{type(exc).__name__}: {exc}"
         pool.discard(ep.env)
         return True
+    # A reply with no parsable action is a format error; an action the env could not carry
+    # out (a label not on the page, an SQL error, an unknown command) is an invalid action.
+    if not parse(reply).ok:
+        ep.format_errors += 1
+    elif ep.last.info.get("error"):
+        ep.invalid_actions += 1
     if ep.last.done:
         return True
     ep.conversation.append(Turn("user", observation_message(ep.last.observation)))
@@ -237,6 +246,8 @@ def _trajectory(ep: _Episode, agent: str, meta: dict[str, Any]) -> Trajectory:
             "seed": ep.seed,
             "sample": ep.sample,
             "replies_cut_by_max_new_tokens": ep.truncated_by_lengths,
+            "format_errors": ep.format_errors,
+            "invalid_actions": ep.invalid_actions,
             "info": last.info if last is not None else {},
             "final_observation": last.observation if last is not None else "",
             **ep.metadata,

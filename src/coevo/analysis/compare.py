@@ -33,6 +33,8 @@ class RunSummary:
     final_eval: dict[str, dict[str, float]] = field(default_factory=dict)
     """split -> {"reward", "success", "n"} of the last finished eval."""
     final_iteration: int = -1
+    evals: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
+    """iteration -> split -> scores of every finished eval (0: after SFT)."""
     outcomes: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     """agent -> outcome shares of each exploration."""
 
@@ -52,12 +54,11 @@ def read_run(run_dir: str | Path) -> RunSummary:
     manifests = sorted((run_dir / "stages").glob("*/manifest.json"))
     for path in manifests:
         outputs: dict[str, Any] = json.loads(path.read_text()).get("outputs", {})
-        if (
-            outputs.get("kind") == "eval"
-            and outputs.get("iteration", -1) >= summary.final_iteration
-        ):
-            summary.final_iteration = outputs["iteration"]
-            summary.final_eval = outputs["splits"]
+        if outputs.get("kind") == "eval":
+            summary.evals[outputs["iteration"]] = outputs["splits"]
+            if outputs["iteration"] >= summary.final_iteration:
+                summary.final_iteration = outputs["iteration"]
+                summary.final_eval = outputs["splits"]
         elif outputs.get("kind") == "explore":
             for agent, shares in outputs.get("outcomes", {}).items():
                 summary.outcomes.setdefault(agent, []).append(shares)
@@ -79,7 +80,16 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
     rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     columns: list[str] = []
     outcome_rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    # method -> column -> iteration -> values over seeds
+    by_iteration: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
     for run in runs:
+        for iteration, splits in run.evals.items():
+            for split, scores in splits.items():
+                by_iteration[run.method][f"{run.env} {split}"][iteration].append(
+                    float(scores[metric])
+                )
         for split, scores in sorted(run.final_eval.items()):
             column = f"{run.env} {split}"
             if column not in columns:
@@ -96,6 +106,10 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
         "columns": columns,
         "rows": {m: dict(c) for m, c in rows.items()},
         "outcomes": {m: dict(c) for m, c in outcome_rows.items()},
+        "iterations": {
+            m: {c: {str(i): v for i, v in sorted(its.items())} for c, its in cols.items()}
+            for m, cols in by_iteration.items()
+        },
         "runs": [r.path for r in runs],
     }
 
@@ -116,6 +130,20 @@ def to_markdown(tables: dict[str, Any]) -> str:
             + " | ".join(_cell(cells.get(c, [])) for c in columns)
             + f" | {average} |"
         )
+    iterations = tables.get("iterations") or {}
+    if iterations:
+        last = max(int(i) for cols in iterations.values() for its in cols.values() for i in its)
+        lines += [
+            "",
+            f"### {tables['metric'].capitalize()} per iteration (x100; 0 = after SFT)",
+            "",
+            "| method | split | " + " | ".join(str(i) for i in range(last + 1)) + " |",
+            "| --- | --- |" + " --- |" * (last + 1),
+        ]
+        for method, cols in iterations.items():
+            for column, its in cols.items():
+                cells = [_cell(its.get(str(i), [])) for i in range(last + 1)]
+                lines.append(f"| {method} | {column} | " + " | ".join(cells) + " |")
     if tables["outcomes"]:
         envs = sorted({c.rsplit(" ", 1)[0] for cells in tables["outcomes"].values() for c in cells})
         out_columns = [f"{e} {o}" for e in envs for o in OUTCOMES]

@@ -8,12 +8,11 @@ the run's store, tagged with iteration and agent, and later stages read them bac
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from coevo.analysis.outcomes import outcome_shares
+from coevo.analysis.outcomes import episode_stats, outcome_shares
 from coevo.envs.base import EnvError
 from coevo.envs.episode import expert_trajectory
 from coevo.methods.recipe import RunConfig
@@ -233,12 +232,15 @@ def explore(
                 )
                 fresh = [t for t in played if (t.task.id, t.metadata.get("sample", 0)) not in done]
                 run.store.add_trajectories(fresh, iteration=iteration, stage=name)
-        rewards = [t.reward for t in run.store.trajectories(stage=name)]
+        played = run.store.trajectories(stage=name)
+        stats = episode_stats(played)
+        rewards = [t.reward for t in played]
         return {
             "kind": "explore",
             "iteration": iteration,
             "episodes": len(rewards),
-            "mean_reward": statistics.fmean(rewards) if rewards else 0.0,
+            "mean_reward": stats["reward"],
+            "stats": {agent: stats},
             "outcomes": {agent: outcome_shares(rewards, run.config.hard_negative_threshold)},
         }
 
@@ -318,12 +320,7 @@ def evaluate(run: Run, model_dir: Path, iteration: int) -> dict[str, Any]:
                     description=f"eval {iteration} {split}",
                 )
                 run.store.add_trajectories(played, iteration=iteration, stage=name)
-            rewards = [t.reward for t in played]
-            splits[split] = {
-                "reward": statistics.fmean(rewards) if rewards else 0.0,
-                "success": statistics.fmean(r >= 1.0 for r in rewards) if rewards else 0.0,
-                "n": len(rewards),
-            }
+            splits[split] = episode_stats(played)
         return {"kind": "eval", "iteration": iteration, "splits": splits}
 
     return run.pipeline.run(f"eval-{iteration}", stage, {"model": str(model_dir)})

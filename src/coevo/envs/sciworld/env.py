@@ -53,6 +53,10 @@ task: show the task again
 When an action is ambiguous the world lists numbered choices: answer with the number."""
 
 
+# How the simulator answers an action it cannot parse or carry out.
+UNKNOWN_ACTION = "No known action matches that input"
+
+
 class SciWorldEnv:
     """ScienceWorld tasks under the agent papers' protocol (see `protocol.py`)."""
 
@@ -195,7 +199,10 @@ class SciWorldEnv:
         self._best = max(self._best, score)
         # The simulator always answers with text; should it not, the agent is still told.
         observation = observation.strip() or "(The simulator gave no answer to that action.)"
-        return self._result(observation, done, {"step": step})
+        info: dict[str, Any] = {"step": step}
+        if observation.startswith(UNKNOWN_ACTION):
+            info["error"] = "unknown action"
+        return self._result(observation, done, info)
 
     def _reward(self) -> float:
         return min(1.0, max(0.0, self._best / 100))
