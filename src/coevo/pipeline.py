@@ -24,7 +24,7 @@ console = Console(stderr=True)
 
 
 class RunDirError(ValueError):
-    """The run directory belongs to a different run (another config)."""
+    """The run directory cannot be used: it holds another config's run, or a process holds it."""
 
 
 def config_hash(config: dict[str, Any]) -> str:

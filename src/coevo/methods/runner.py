@@ -16,6 +16,7 @@ import yaml
 
 from coevo.config import ConfigError, save, to_dict
 from coevo.envs.base import make
+from coevo.lock import lock_run_dir
 from coevo.methods.eto import run_eto
 from coevo.methods.failure_agent import run_failure_agent
 from coevo.methods.recipe import RunConfig
@@ -48,17 +49,19 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
         import torch
 
         torch.set_num_threads(threads)
-    pipeline = Pipeline(out, to_dict(config), quiet=quiet)
-    save(config, out / "config.yaml")
-    store = Store(out, run=config.label)
-    pool = EnvPool(lambda: make(config.env.name, **config.env.options))
-    try:
-        if config.init_from:
-            adopt(Path(config.init_from), config, pipeline, store)
-        LOOPS[config.method](Run(config, pipeline, store, pool))
-    finally:
-        pool.close()
-        store.close()
+    # Before anything is written: a second process on `out` is refused, not interleaved.
+    with lock_run_dir(out):
+        pipeline = Pipeline(out, to_dict(config), quiet=quiet)
+        save(config, out / "config.yaml")
+        store = Store(out, run=config.label)
+        pool = EnvPool(lambda: make(config.env.name, **config.env.options))
+        try:
+            if config.init_from:
+                adopt(Path(config.init_from), config, pipeline, store)
+            LOOPS[config.method](Run(config, pipeline, store, pool))
+        finally:
+            pool.close()
+            store.close()
     return out
 
 
