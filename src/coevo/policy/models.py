@@ -97,8 +97,12 @@ def get_model(
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
         convert_gguf(source, tmp)
+        if (final / "config.json").is_file():  # another process finished first: keep its copy
+            return final
         if final.exists():  # an empty or unfinished directory left by someone else
             shutil.rmtree(final)
+        for path in (tmp, *tmp.iterdir()):  # mkdtemp is owner-only; a cache may be shared
+            path.chmod(0o755 if path.is_dir() else 0o644)
         tmp.rename(final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
