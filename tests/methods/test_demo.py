@@ -11,7 +11,10 @@ def test_demo_recipes_share_the_sft_start(tmp_path):
     assert [c.method for c, _ in runs] == ["sft", "eto", "failure_agent"]
     assert runs[0][0].init_from is None
     assert all(c.init_from == str(tmp_path / "sft") for c, _ in runs[1:])
-    assert all(c.env.name == "shop" and c.model.path is None for c, _ in runs)
+    # The demo runs the pretrained model; a recipe check catches a name that does not resolve.
+    assert all(c.env.name == "sql" and c.model.name == "smollm2-135m" for c, _ in runs)
+    for config, _ in runs:
+        config.validate()
 
 
 def test_demo_overrides_apply_and_are_checked(tmp_path):

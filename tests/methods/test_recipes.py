@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coevo.config import load
+from coevo.methods.recipe import RunConfig
+
+CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*/*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_recipe_loads_and_runs_the_pretrained_model(path):
+    config = load(RunConfig, path, [])
+    config.validate()
+    assert config.model.name == "smollm2-135m" and config.model.path is None
+    assert config.model.threads() == 2
+    assert config.env.name == path.parent.name
+
+
+def test_a_random_init_model_is_one_override_away():
+    path = CONFIGS[0]
+    config = load(RunConfig, path, ["model.name=null", "model.size=nano"])
+    config.validate()
+    assert config.model.name is None and config.model.threads() == 1
+
+
+def test_valid_slice_needs_valid_tasks():
+    from coevo.config import ConfigError
+
+    with pytest.raises(ConfigError, match="valid_tasks"):
+        load(RunConfig, CONFIGS[0], ["eval.splits=[valid]"])
+    config = load(RunConfig, CONFIGS[0], ["eval.splits=[valid]", "env.valid_tasks=5"])
+    assert config.eval.splits == ["valid"]
+
+
+def test_valid_split_is_the_train_tail_the_run_never_trains_on(tmp_path):
+    from coevo.config import build
+    from coevo.envs.base import make
+    from coevo.methods.stages import Run
+    from coevo.pipeline import Pipeline
+    from coevo.rollout import EnvPool
+
+    values = {
+        "env": {"name": "tests.toy_env:ToyEnv", "valid_tasks": 3, "train_tasks": 4},
+        "model": {"size": "nano"},
+    }
+    config = build(RunConfig, values)
+    pool = EnvPool(lambda: make(config.env.name))
+    run = Run(config, Pipeline(tmp_path, {}), None, pool)  # type: ignore[arg-type]
+    try:
+        everything = [t.id for t in make(config.env.name).tasks("train")]
+        train = [t.id for t in run.tasks("train")]
+        valid = [t.id for t in run.tasks("valid")]
+    finally:
+        pool.close()
+    assert valid == everything[-3:]
+    assert train == everything[:4] and not set(train) & set(valid)
