@@ -55,3 +55,20 @@ def test_tables_by_hand(tmp_path):
 def test_not_a_run_dir(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a coevo run directory"):
         read_run(tmp_path)
+
+
+def test_reward_and_behaviour_per_iteration(tmp_path):
+    run = fake_run(tmp_path, "a", "eto", 0, 0.50, 0.30)
+    stats = {"mean_steps": 3.5, "format_error_rate": 0.25, "invalid_action_rate": 0.1}
+    d = run / "stages" / "eval-1"
+    d.mkdir()
+    splits = {"test_seen": {"reward": 0.4, "success": 0.0, **stats}}
+    d.joinpath("manifest.json").write_text(
+        json.dumps({"outputs": {"kind": "eval", "iteration": 1, "splits": splits}})
+    )
+    tables = compare([run])
+    assert tables["iterations"]["eto"]["shop test_seen"] == {"0": [0.0], "1": [0.4], "2": [0.5]}
+    md = to_markdown(tables)
+    assert "| eto | shop test_seen | 0.0 | 40.0 | 50.0 |" in md
+    # Only iteration 1 recorded behaviour; rates are shown as % of steps.
+    assert "| eto | shop test_seen | 1 | 25.0 | 10.0 | 3.50 |" in md

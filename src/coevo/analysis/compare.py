@@ -21,6 +21,9 @@ import yaml
 
 from coevo.analysis.outcomes import OUTCOMES
 
+# Per-episode behaviour every eval records beside its reward (`outcomes.episode_stats`).
+BEHAVIOUR = ("format_error_rate", "invalid_action_rate", "mean_steps")
+
 
 @dataclass
 class RunSummary:
@@ -84,12 +87,18 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
     by_iteration: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
+    # method -> column -> iteration -> behaviour stat -> values over seeds
+    behaviour: dict[str, dict[str, dict[int, dict[str, list[float]]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    )
     for run in runs:
         for iteration, splits in run.evals.items():
             for split, scores in splits.items():
-                by_iteration[run.method][f"{run.env} {split}"][iteration].append(
-                    float(scores[metric])
-                )
+                column = f"{run.env} {split}"
+                by_iteration[run.method][column][iteration].append(float(scores[metric]))
+                for stat in BEHAVIOUR:
+                    if stat in scores:  # evals recorded before these stats existed lack them
+                        behaviour[run.method][column][iteration][stat].append(scores[stat])
         for split, scores in sorted(run.final_eval.items()):
             column = f"{run.env} {split}"
             if column not in columns:
@@ -109,6 +118,15 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
         "iterations": {
             m: {c: {str(i): v for i, v in sorted(its.items())} for c, its in cols.items()}
             for m, cols in by_iteration.items()
+        },
+        "behaviour": {
+            m: {
+                c: {
+                    str(i): {k: statistics.fmean(v) for k, v in st.items()} for i, st in its.items()
+                }
+                for c, its in cols.items()
+            }
+            for m, cols in behaviour.items()
         },
         "runs": [r.path for r in runs],
     }
@@ -144,6 +162,25 @@ def to_markdown(tables: dict[str, Any]) -> str:
             for column, its in cols.items():
                 cells = [_cell(its.get(str(i), [])) for i in range(last + 1)]
                 lines.append(f"| {method} | {column} | " + " | ".join(cells) + " |")
+    behaviour = tables.get("behaviour") or {}
+    if any(its for cols in behaviour.values() for its in cols.values()):
+        lines += [
+            "",
+            "### How the agent acted per iteration (format errors and invalid actions: % of "
+            "steps; mean steps per episode; mean over seeds)",
+            "",
+            "| method | split | iteration | format errors | invalid actions | mean steps |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for method, cols in behaviour.items():
+            for column, its in cols.items():
+                for i, st in sorted(its.items(), key=lambda kv: int(kv[0])):
+                    lines.append(
+                        f"| {method} | {column} | {i} | "
+                        f"{st.get('format_error_rate', 0) * 100:.1f} | "
+                        f"{st.get('invalid_action_rate', 0) * 100:.1f} | "
+                        f"{st.get('mean_steps', 0):.2f} |"
+                    )
     if tables["outcomes"]:
         envs = sorted({c.rsplit(" ", 1)[0] for cells in tables["outcomes"].values() for c in cells})
         out_columns = [f"{e} {o}" for e in envs for o in OUTCOMES]
