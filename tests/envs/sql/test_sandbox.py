@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sqlite3
 import time
 from pathlib import Path
 
@@ -64,6 +65,49 @@ HOSTILE: dict[str, str] = {
     "deep nesting": "SELECT " + "(" * 4000 + "1" + ")" * 4000,
     "null byte": "SELECT 1\x00; DROP TABLE singer",
     "lone surrogate": "SELECT '\ud800'",
+}
+
+
+def build(n: int, char: str = "a") -> str:
+    """SQL for an n-character string, built inside the statement (as an attacker would)."""
+    return f"printf('%.*c', {n}, '{char}')"
+
+
+COUNT_TO_THE_DEADLINE = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c)"
+# One function call is one VM instruction, so the progress handler cannot stop these midway.
+# Times before the fix (SQLite 3.40, 1 MB value cap): printf 3 to 5 s a call, instr and replace
+# 5 to 7 s, trim 188 s at 900 kB (8 s at the size below).
+HEAVY_CALLS: dict[str, str] = {
+    "printf %c repeat": "SELECT printf('%.*c', 2000000000, 'x')",
+    "three printf repeats": "SELECT " + " || ".join(["printf('%.*c', 2000000000, 'x')"] * 3),
+    "format literal precision": "SELECT format('%.2000000000c', 'x')",
+    "negative precision": "SELECT printf('%-5.*c', -2000000000, 'x')",
+    "precision as text": "SELECT printf('%.*c', '2000000000 times', 'x')",
+    "many small repeats": f"SELECT printf(replace({build(5000, 'x')}, 'x', '%.999999c'), 'y')",
+    "printf width": "SELECT printf('%*d', 2000000000, 1)",
+    "printf float precision": "SELECT printf('%.*f', 2000000000, 1.5)",
+    "printf integer precision": "SELECT printf('%,.*d', 2000000000, 1)",
+    "zeroblob": "SELECT zeroblob(2000000000)",
+    "randomblob": "SELECT randomblob(2000000000)",
+    "hex of a big blob": "SELECT hex(randomblob(900000))",
+    "quote of a big blob": "SELECT quote(zeroblob(900000))",
+    "replace chain": "SELECT replace(replace(replace(replace("
+    + build(999_990)
+    + ", 'a', 'aaaa'), 'a', 'aaaa'), 'a', 'aaaa'), 'a', 'aaaa')",
+    "replace long pattern": f"SELECT replace({build(999_990)}, {build(400_000)} || 'b', 'x')",
+    "instr long pattern": f"SELECT instr({build(999_990)}, {build(400_000)} || 'b')",
+    "instr blobs": "SELECT instr(zeroblob(999990), zeroblob(400000) || x'01')",
+    "trim long set": f"SELECT trim({build(200_000)}, {build(16_000, 'b')} || 'a')",
+    "ltrim long set": f"SELECT ltrim({build(200_000)}, {build(16_000, 'b')} || 'a')",
+    "rtrim long set": f"SELECT rtrim({build(200_000)}, {build(16_000, 'b')} || 'a')",
+    "concatenation": f"SELECT {build(999_990)} || {build(999_990)}",
+    "group_concat": f"{COUNT_TO_THE_DEADLINE} SELECT length(group_concat({build(1000)})) FROM c",
+    "json_group_array": f"{COUNT_TO_THE_DEADLINE} SELECT json_group_array({build(1000)}) FROM c",
+    "json_array": f"SELECT json_array({build(600_000)}, {build(600_000)})",
+    "json nesting": f"SELECT json(replace({build(900_000, 'x')}, 'x', '['))",
+    "like with many wildcards": f"SELECT {build(999_990)} LIKE '%a%a%a%a%a%a%a%a%a%b'",
+    "glob with many wildcards": f"SELECT {build(999_990)} GLOB '*a*a*a*a*a*a*a*a*a*b'",
+    "largest allowed trim": f"SELECT length(trim({build(39_990)}, {build(999, 'b')} || 'a'))",
 }
 
 
@@ -127,6 +171,84 @@ def test_each_limit_says_what_happened(db: Path, name: str, needle: str):
     box = Sandbox(db, time_limit=TIME_LIMIT, row_cap=ROW_CAP)
     assert needle in box.run(HOSTILE[name]).error
     box.close()
+
+
+def test_single_heavy_calls_are_answered_within_the_time_limit(db: Path):
+    box = Sandbox(db, time_limit=TIME_LIMIT, row_cap=ROW_CAP)
+    baseline = box.run("SELECT COUNT(*), SUM(age) FROM singer")
+    slow: list[str] = []
+    for name, sql in HEAVY_CALLS.items():
+        start = time.monotonic()
+        result = box.run(sql)
+        elapsed = time.monotonic() - start
+        if elapsed > TIME_LIMIT + 0.3:
+            slow.append(f"{name}: {elapsed:.2f}s")
+        assert result.ok or result.error.startswith(ERROR_PREFIX), name
+        assert box.run("SELECT COUNT(*), SUM(age) FROM singer") == baseline, name
+    box.close()
+    assert not slow, slow
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("printf %c repeat", "printf() would repeat %c 1,999,999,999 times"),
+        ("three printf repeats", "printf() would repeat %c"),
+        ("format literal precision", "format() would repeat %c 1,999,999,999 times"),
+        ("negative precision", "printf() would repeat %c 1,999,999,999 times"),
+        ("precision as text", "printf() would repeat %c 1,999,999,999 times"),
+        ("many small repeats", "would repeat %c 4,999,990,000 times"),
+        ("replace long pattern", "replace() on a value of 999,990 characters with a pattern"),
+        ("instr long pattern", "instr() on a value of 999,990 characters"),
+        ("instr blobs", "instr() on a value of 999,990 characters"),
+        ("trim long set", "trim() on a value of 200,000 characters"),
+        ("ltrim long set", "ltrim()"),
+        ("rtrim long set", "rtrim()"),
+        ("zeroblob", "grew past the 1,000,000-byte limit"),
+        ("replace chain", "grew past the 1,000,000-byte limit"),
+        ("concatenation", "grew past the 1,000,000-byte limit"),
+        ("json_array", "grew past the 1,000,000-byte limit"),
+        ("group_concat", "0.5 s limit"),
+    ],
+)
+def test_each_heavy_call_says_what_happened(db: Path, name: str, needle: str):
+    box = Sandbox(db, time_limit=TIME_LIMIT)
+    error = box.run(HEAVY_CALLS[name]).error
+    assert needle in error and error.endswith("."), error
+    box.close()
+
+
+def test_bounded_functions_answer_as_sqlite_does(db: Path):
+    ordinary = [
+        "SELECT printf('%5.2f|%-4d|%.3c|%s|%%|%!.*c', 3.14159, 7, 'x', name, 3, 'é') FROM singer",
+        "SELECT format('%d %q', singer_id, name), printf(NULL), printf(''), printf('%T') FROM singer",
+        "SELECT replace(name, 'a', 'AA'), replace(age, 3, ''), replace(NULL, 'a', 'b') FROM singer",
+        "SELECT instr(name, 'a'), instr(age, 3), instr(x'0102', x'02'), instr(NULL, 'a') FROM singer",
+        "SELECT trim('xxhixx', 'x'), ltrim('  a'), rtrim('a  ', ' '), trim(NULL, 'x')",
+        "SELECT trim(name, 'Aa'), ltrim(name, 'A'), rtrim(age, '0') FROM singer",
+        HEAVY_CALLS["largest allowed trim"],
+        HEAVY_CALLS["printf width"],
+    ]
+    box = Sandbox(db)
+    plain = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
+    plain.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1_000_000)
+    for sql in ordinary:
+        assert box.run(sql).rows == tuple(plain.execute(sql).fetchall()), sql
+    assert box.run(HEAVY_CALLS["largest allowed trim"]).rows == ((0,),)
+    assert "wrong number of arguments" in box.run("SELECT trim('a', 'b', 'c')").error
+    plain.close()
+    box.close()
+
+
+def test_a_heavy_call_in_an_episode_is_an_observation_and_the_episode_goes_on(sql_env):
+    task = next(t for t in sql_env.tasks("train") if t.data["db_id"] == "concert_singer")
+    sql_env.reset(task)
+    start = time.monotonic()
+    heavy = sql_env.step("Action: " + HEAVY_CALLS["three printf repeats"])
+    assert time.monotonic() - start < sql_env.time_limit
+    assert heavy.observation.startswith(ERROR_PREFIX + "printf() would repeat %c")
+    assert not heavy.done
+    assert sql_env.step("Action: SELECT COUNT(*) FROM singer").observation == "[(40,)]"
 
 
 def test_reads_and_schema_inspection_work(db: Path):

@@ -11,7 +11,9 @@ every episode in the same state, each enough on its own for the common attacks:
    (temporary objects included, so nothing survives into the next episode), no transactions,
    no `load_extension`;
 4. limits: a progress handler stops a statement after `time_limit` seconds, a fetch stops past
-   `row_cap` rows, strings and blobs are capped in size, no database can be attached.
+   `row_cap` rows, strings and blobs are capped in size, no database can be attached, and the
+   few built-ins whose single call the progress handler cannot interrupt are checked before
+   they run (coevo.envs.sql.bounded).
 
 MySQL-style `SHOW TABLES`, `SHOW COLUMNS FROM t` and `DESC t` / `DESCRIBE t` are answered from
 the schema in MySQL's shape, because expert data and real agents inspect schemas that way.
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coevo.envs.base import EnvError
+from coevo.envs.sql.bounded import BoundedFunctions
 
 Row = tuple
 ERROR_PREFIX = "Error executing query: "
@@ -103,12 +106,13 @@ class Sandbox:
         self._timed_out = False
         self._tables: tuple[str, ...] | None = None
         self._desc: dict[str, tuple[Row, ...]] = {}
+        self._functions = BoundedFunctions(_MAX_VALUE_BYTES)
         uri = f"{self.path.resolve().as_uri()}?mode=ro"
         self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
         try:
             self._setup()
         except sqlite3.Error as exc:
-            self._conn.close()
+            self.close()
             raise EnvError(
                 f"{str(self.path)!r} cannot be opened as a SQLite database ({exc}): replace "
                 "the file with a valid database."
@@ -123,6 +127,7 @@ class Sandbox:
         # first use, which asks the authorizer for a schema update: register them now.
         for pragma in sorted(_INSPECTION_PRAGMAS):
             self._conn.execute(f"SELECT * FROM pragma_{pragma}('sqlite_master') LIMIT 0")
+        self._functions.install(self._conn)
         self._conn.set_authorizer(_authorize)
         self._conn.set_progress_handler(self._progress, _PROGRESS_OPS)
 
@@ -159,6 +164,7 @@ class Sandbox:
 
     def _execute(self, sql: str) -> QueryResult:
         self._timed_out = False
+        self._functions.refusal = None
         self._deadline = time.monotonic() + self.time_limit
         try:
             cursor = self._conn.execute(sql)
@@ -177,8 +183,13 @@ class Sandbox:
                     f"the statement ran longer than the {self.time_limit:g} s limit and was "
                     "stopped. Simplify the query or add a LIMIT."
                 )
-            message = str(exc)
-            if message == "not authorized":
+            message = self._functions.refusal or str(exc)
+            if message == "string or blob too big":
+                message = (
+                    f"a string or blob in the statement grew past the {_MAX_VALUE_BYTES:,}-byte "
+                    "limit and the statement was stopped; build smaller values."
+                )
+            elif message == "not authorized":
                 message = (
                     "not authorized: the sandbox allows read-only queries and schema "
                     "inspection (SHOW TABLES, DESC <table>) only."
@@ -222,6 +233,7 @@ class Sandbox:
 
     def close(self) -> None:
         self._conn.close()
+        self._functions.close()
 
 
 def _quote(identifier: str) -> str:
