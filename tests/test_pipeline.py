@@ -43,3 +43,70 @@ def test_other_config_in_same_dir_is_refused(tmp_path):
     Pipeline(tmp_path, {"lr": 1}, quiet=True)
     with pytest.raises(RunDirError, match="another config"):
         Pipeline(tmp_path, {"lr": 2}, quiet=True)
+
+
+def test_a_manifest_that_is_not_json_leaves_its_stage_unfinished_with_one_warning(tmp_path, capsys):
+    calls = []
+
+    def stage(out):
+        calls.append(out.name)
+        return {"n": len(calls)}
+
+    p = Pipeline(tmp_path, {}, quiet=True)
+    p.run("sft", stage)
+    manifest = tmp_path / "stages/sft/manifest.json"
+    manifest.write_text('{"stage": "sft", "outp')  # cut short
+    capsys.readouterr()
+    rerun = Pipeline(tmp_path, {}, quiet=True)
+    assert not rerun.done("sft")
+    assert rerun.run("sft", stage) == {"n": 2}  # ran again, and its manifest is whole again
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"stage sft: {manifest} is not valid JSON (")
+    assert err[0].endswith("the stage runs again")
+    assert json.loads(manifest.read_text())["outputs"] == {"n": 2}
+    assert Pipeline(tmp_path, {}, quiet=True).done("sft")
+
+
+def test_a_stage_whose_rows_left_the_store_runs_again(tmp_path, capsys):
+    from coevo.store import Store
+    from tests.test_store import make_trajectory
+
+    calls = []
+
+    def explore(out):
+        calls.append("explore")
+        store.add_trajectories([make_trajectory(i, 0.5) for i in range(3)], stage="explore-1")
+        return {"episodes": 3}
+
+    def sft(out):
+        calls.append("sft")
+        return {"steps": 1}
+
+    def run():
+        p = Pipeline(tmp_path, {}, quiet=True)
+        p.rows = store.stage_rows
+        p.run("explore-1", explore)
+        p.run("sft", sft)
+        return p
+
+    store = Store(tmp_path)
+    run()
+    run()
+    assert calls == ["explore", "sft"]
+    store.close()
+    # A damaged store moved aside: the stage whose rows it held runs again, the other does not.
+    aside = tmp_path / "damaged"
+    aside.mkdir()
+    for path in tmp_path.glob("store.sqlite*"):
+        path.rename(aside / path.name)
+    store = Store(tmp_path)
+    capsys.readouterr()
+    run()
+    assert calls == ["explore", "sft", "explore"]
+    assert store.stage_rows("explore-1") == 3
+    assert capsys.readouterr().err.splitlines() == [
+        "stage explore-1: the store no longer holds its 3 trajectories (was it moved aside?); "
+        "the stage runs again"
+    ]
+    store.close()

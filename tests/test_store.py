@@ -208,3 +208,45 @@ def test_stage_tags_separate_batches_of_one_iteration(tmp_path):
         pair = Pair(make_trajectory(3, 1.0), make_trajectory(6, 0.0), "expert_vs_target")
         store.add_pairs([pair], iteration=1, stage="dpo-1-target")
         assert len(store.pairs(stage="dpo-1-target")) == 1 and store.pairs(stage="other") == []
+
+
+def filled_store(path: Path) -> Path:
+    with Store(path) as store:
+        for n in range(10):
+            batch = [make_trajectory(i, 0.5) for i in range(40)]
+            store.add_trajectories(batch, iteration=n, stage=f"explore-{n}-target")
+    return path / "store.sqlite"
+
+
+def test_a_truncated_store_is_one_sentence_naming_the_file_and_is_left_as_it_was(tmp_path):
+    db = filled_store(tmp_path)
+    db.write_bytes(db.read_bytes()[: db.stat().st_size // 2])  # a disk that filled up
+    before = db.read_bytes()
+    with pytest.raises(StoreError) as caught:
+        Store(tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"{str(db)!r} is damaged (SQLite: database disk image is malformed)")
+    assert "move it and any store.sqlite-wal and store.sqlite-shm files" in message
+    assert message.count(". ") == 0 and message.endswith(".")  # one sentence
+    assert db.read_bytes() == before  # never written to, let alone replaced
+
+
+def test_damage_found_while_reading_is_the_same_sentence(tmp_path):
+    db = filled_store(tmp_path)
+    store = Store(tmp_path)
+    assert store.stage_rows("explore-3-target") == 40
+    data = bytearray(db.read_bytes())
+    data[8192:-4096] = b"\xff" * (len(data) - 8192 - 4096)  # every page past the schema's
+    db.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="is damaged"):
+        store.trajectories(stage="explore-3-target")
+    store.close()
+
+
+def test_stage_rows_counts_a_stage_and_its_splits_only(tmp_path):
+    with Store(tmp_path) as store:
+        for stage in ("eval-1-test_seen", "eval-1-test_unseen", "eval-10-test_seen", "eval-1"):
+            store.add_trajectories([make_trajectory(0, 1.0)], iteration=1, stage=stage)
+        assert store.stage_rows("eval-1") == 3
+        assert store.stage_rows("eval-10") == 1
+        assert store.stage_rows("eval-2") == 0

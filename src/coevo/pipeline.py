@@ -6,6 +6,11 @@ inputs, outputs, finished time). The manifest is written last and atomically (te
 rename), so after a kill at any moment a stage either has a manifest (finished, skipped next
 time) or not (run again; stages resume from what they stored, e.g. committed trajectories or
 trainer checkpoints).
+
+A manifest counts only while what it vouches for is still there: one that is not valid JSON
+(a disk that filled up, a hand edit), or one of a stage whose trajectories are gone from the
+store (a damaged store moved aside), leaves its stage unfinished, with a one-line warning, and
+the stage runs again.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 console = Console(stderr=True)
 
@@ -50,6 +56,9 @@ class Pipeline:
         self.config = config
         self.hash = config_hash(config)
         self.quiet = quiet
+        self.rows: Callable[[str], int] | None = None
+        """Trajectories the store holds for a stage (`Store.stage_rows`); set by the runner."""
+        self._warned: set[str] = set()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         stamp = self.run_dir / "run.json"
         if stamp.exists():
@@ -69,8 +78,32 @@ class Pipeline:
         return path
 
     def manifest(self, name: str) -> dict[str, Any] | None:
+        """The record of finished stage `name`, or None when it has to run (again)."""
         path = self.run_dir / "stages" / name / "manifest.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            record = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            self._warn(name, f"{path} is not valid JSON ({exc}); the stage runs again")
+            return None
+        if not isinstance(record, dict) or not isinstance(record.get("outputs"), dict):
+            self._warn(name, f"{path} holds no stage outputs; the stage runs again")
+            return None
+        stored = record.get("store_rows", 0)
+        if stored and self.rows is not None and self.rows(name) == 0:
+            self._warn(
+                name,
+                f"the store no longer holds its {stored} trajectories (was it moved aside?); "
+                "the stage runs again",
+            )
+            return None
+        return record
+
+    def _warn(self, name: str, message: str) -> None:
+        if name not in self._warned:  # manifest() is read more than once per stage
+            self._warned.add(name)
+            console.print(f"[yellow]stage {escape(name)}: {escape(message)}[/]", soft_wrap=True)
 
     def done(self, name: str) -> bool:
         return self.manifest(name) is not None
@@ -100,6 +133,8 @@ class Pipeline:
             "finished": time.time(),
             "seconds": round(time.time() - start, 3),
         }
+        if self.rows is not None:
+            record["store_rows"] = self.rows(name)
         write_atomic(
             self.stage_dir(name) / "manifest.json", json.dumps(record, indent=2, default=str)
         )

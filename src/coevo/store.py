@@ -11,6 +11,10 @@ a batch. Commits are fully synchronous: they survive the process dying mid-write
 
 Pairs point at trajectory rows; a pair's trajectories (an expert demonstration, say) are stored
 with it when they are not in the store yet, matched by content.
+
+A damaged file (a disk that filled up, a copy cut short) is reported as a `StoreError` naming
+it, and is never written to: moved aside, it leaves the rest of the run usable, since a stage
+whose rows are missing from the store runs again (`coevo.pipeline`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +86,12 @@ class StoreError(Exception):
     """A user-facing problem opening or reading a store: names the thing and the fix."""
 
 
+def _is_damage(exc: sqlite3.DatabaseError) -> bool:
+    # SQLITE_CORRUPT and SQLITE_NOTADB arrive as the base class; locked, busy, I/O and
+    # constraint errors have subclasses of their own and are not damage.
+    return type(exc) is sqlite3.DatabaseError
+
+
 @dataclass(frozen=True)
 class StoredTrajectory:
     """A trajectory with its row id and the iteration it was stored under."""
@@ -130,10 +141,33 @@ class Store:
         self.run = run or self.path.parent.name
         # Autocommit mode: each batch opens its own explicit transaction below.
         self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(SCHEMA)
+        try:
+            # The first statement reads the header, so a damaged file fails here, before
+            # anything is written to it.
+            with self._guard():
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.execute("PRAGMA foreign_keys=ON")
+                self._db.executescript(SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Turn SQLite's report of a damaged file into one sentence naming the file and the fix."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if not _is_damage(exc):
+                raise
+            raise StoreError(
+                f"{str(self.path)!r} is damaged (SQLite: {exc}), so the trajectories and pairs "
+                f"it holds cannot be read: move it and any {self.path.name}-wal and "
+                f"{self.path.name}-shm files beside it out of the run directory and rerun, "
+                "which keeps finished stages whose outputs are on disk and runs again the "
+                "stages whose rows it held."
+            ) from None
 
     # -- writing ----------------------------------------------------------------------
 
@@ -141,7 +175,7 @@ class Store:
         return _Transaction(self._db)
 
     def add_tasks(self, tasks: Iterable[Task]) -> None:
-        with self._transaction() as db:
+        with self._guard(), self._transaction() as db:
             self._insert_tasks(db, tasks)
 
     @staticmethod
@@ -159,7 +193,7 @@ class Store:
         `stage` names the pipeline stage that produced the batch (e.g. `explore-2-target`), so
         a stage cut off by a kill can find what it already committed.
         """
-        with self._transaction() as db:
+        with self._guard(), self._transaction() as db:
             return self._insert_trajectories(db, trajectories, iteration, stage)
 
     def _insert_trajectories(
@@ -200,7 +234,7 @@ class Store:
 
     def add_pairs(self, pairs: Sequence[Pair], *, iteration: int = 0, stage: str = "") -> list[int]:
         """Store a batch of pairs (and any of their trajectories not stored yet) at once."""
-        with self._transaction() as db:
+        with self._guard(), self._transaction() as db:
             known: dict[str, int] = {}
             for pair in pairs:
                 for t in (pair.chosen, pair.rejected):
@@ -275,8 +309,10 @@ class Store:
         )
         if where:
             sql += " WHERE " + " AND ".join(where)
-        tasks = self._tasks()
-        for row in self._db.execute(sql + " ORDER BY id", args).fetchall():
+        with self._guard():
+            tasks = self._tasks()
+            rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
+        for row in rows:
             yield self._row_to_stored(row, tasks)
 
     @staticmethod
@@ -311,9 +347,10 @@ class Store:
         )
         if where:
             sql += " WHERE " + " AND ".join(where)
-        rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
-        wanted = sorted({r[3] for r in rows} | {r[4] for r in rows})
-        by_id = self._trajectories_by_id(wanted)
+        with self._guard():
+            rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
+            wanted = sorted({r[3] for r in rows} | {r[4] for r in rows})
+            by_id = self._trajectories_by_id(wanted)
         for id_, iteration_, kind_, chosen, rejected, weight, sft_weight, meta in rows:
             pair = Pair(by_id[chosen], by_id[rejected], kind_, weight, sft_weight, json.loads(meta))
             yield StoredPair(id_, iteration_, chosen, rejected, pair)
@@ -338,10 +375,24 @@ class Store:
     def count(self, table: str = "trajectories") -> int:
         if table not in ("tasks", "trajectories", "pairs"):
             raise ValueError(f"Unknown table {table!r}: use tasks, trajectories or pairs.")
-        return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        with self._guard():
+            return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+    def stage_rows(self, stage: str) -> int:
+        """Trajectories stored by pipeline stage `stage` (tagged `stage` or `stage-<split>`)."""
+        with self._guard():
+            # A range rather than LIKE or substr, so the count reads the stage index only.
+            row = self._db.execute(
+                "SELECT COUNT(*) FROM trajectories WHERE stage = ? OR (stage >= ? AND stage < ?)",
+                (stage, stage + "-", stage + "."),  # "." sorts right after "-"
+            ).fetchone()
+        return int(row[0])
 
     def iterations(self) -> list[int]:
-        rows = self._db.execute("SELECT DISTINCT iteration FROM trajectories ORDER BY iteration")
+        with self._guard():
+            rows = self._db.execute(
+                "SELECT DISTINCT iteration FROM trajectories ORDER BY iteration"
+            ).fetchall()
         return [r[0] for r in rows]
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """Run one recipe in a run directory: set up the pipeline, store and envs, call the method.
 
 A rerun with the same directory and recipe skips every finished stage and resumes the one a
-kill cut off; a different recipe in the same directory is refused.
+kill cut off; a different recipe in the same directory is refused. The recipe is checked
+(coevo.methods.preflight) before the directory is made, so a bad one leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from coevo.envs.base import make
 from coevo.lock import lock_run_dir
 from coevo.methods.eto import run_eto
 from coevo.methods.failure_agent import run_failure_agent
+from coevo.methods.preflight import check_recipe
 from coevo.methods.recipe import RunConfig
 from coevo.methods.rft import run_rft
 from coevo.methods.sft import run_sft
 from coevo.methods.stages import Run
-from coevo.pipeline import Pipeline, write_atomic
+from coevo.pipeline import Pipeline, RunDirError, write_atomic
 from coevo.rollout import EnvPool
-from coevo.store import Store
+from coevo.store import Store, StoreError
 
 LOOPS: dict[str, Callable[[Run], None]] = {
     "sft": run_sft,
@@ -44,6 +46,7 @@ SHARED_KEYS = ("env", "model", "sft", "seed", "eval")
 def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
     """Run (or finish) `config` in `out`; returns the run directory."""
     out = Path(out)
+    check_recipe(config)
     threads = config.model.threads()
     if threads is not None:
         import torch
@@ -53,12 +56,19 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
     with lock_run_dir(out):
         pipeline = Pipeline(out, to_dict(config), quiet=quiet)
         save(config, out / "config.yaml")
-        store = Store(out, run=config.label)
+        try:
+            store = Store(out, run=config.label)
+        except StoreError as exc:  # a damaged store makes the directory unusable as it is
+            raise RunDirError(str(exc)) from None
+        # A finished stage whose trajectories are not in the store (moved aside) runs again.
+        pipeline.rows = store.stage_rows
         pool = EnvPool(lambda: make(config.env.name, **config.env.options))
         try:
             if config.init_from:
                 adopt(Path(config.init_from), config, pipeline, store)
             LOOPS[config.method](Run(config, pipeline, store, pool))
+        except StoreError as exc:  # damage found mid-run: the same sentence, not a traceback
+            raise RunDirError(str(exc)) from None
         finally:
             pool.close()
             store.close()

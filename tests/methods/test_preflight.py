@@ -1,0 +1,95 @@
+"""A bad recipe is one sentence before any stage runs, and leaves no run directory behind."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from coevo.cli import app
+from coevo.config import ConfigError, build
+from coevo.envs.base import EnvError, make
+from coevo.envs.episode import opening_message
+from coevo.methods.preflight import check_recipe, prompt_counter
+from coevo.methods.recipe import RunConfig
+from coevo.methods.runner import execute
+from coevo.pipeline import RunDirError
+from tests.methods.test_run import FAST
+
+
+def recipe(**changes) -> RunConfig:
+    return build(RunConfig, {**FAST, **changes})
+
+
+def toy_with(**options) -> dict:
+    return {"name": "tests.toy_env:ToyEnv", "options": options}
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "needle"),
+    [
+        ({"env": {"name": "shopp"}}, EnvError, "Unknown env 'shopp'"),
+        ({"env": {"name": "shop", "options": {"n_products": 0}}}, EnvError, "n_products must"),
+        ({"env": toy_with(colour="red")}, ConfigError, "env.options: env 'tests.toy_env:ToyEnv'"),
+        ({"model": {"path": "/nowhere/model"}}, ConfigError, "is not a Hugging Face checkpoint"),
+        (
+            {"model": {"size": "nano", "max_length": 40}},
+            ConfigError,
+            "model.max_length=40 is too small: the instruction and first observation of task "
+            "'toy/train/0' take at least 25 tokens and a reply up to 24 more",
+        ),
+    ],
+)
+def test_a_bad_recipe_is_refused_before_the_run_directory_exists(tmp_path, changes, error, needle):
+    out = tmp_path / "run"
+    with pytest.raises(error, match=needle.replace("(", r"\(")):
+        execute(recipe(**changes), out, quiet=True)
+    assert not out.exists()  # so the corrected recipe runs in the same --out
+
+
+def test_the_cli_says_it_in_one_sentence(tmp_path):
+    config = tmp_path / "r.yaml"
+    config.write_text("env:\n  name: tests.toy_env:ToyEnv\nmodel:\n  max_length: 40\n")
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: model.max_length=40 is too small")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_fitting_recipe_passes(tmp_path):
+    check_recipe(recipe())  # FAST: max_length 512
+
+
+def test_a_checkpoint_counts_exactly_and_the_local_bound_never_overcounts(tmp_path):
+    from transformers import AutoTokenizer
+
+    from coevo.policy.render import render_prompt
+    from coevo.policy.tiny import init_model
+    from coevo.trajectory import Turn
+
+    env = make("tests.toy_env:ToyEnv")
+    init_model(env, "nano", tmp_path / "model")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
+    exact, is_exact = prompt_counter(tmp_path / "model")
+    bound, bound_is_exact = prompt_counter(None)
+    assert is_exact and not bound_is_exact
+    for task in env.tasks("train") + env.tasks("test_seen"):
+        text = opening_message(env, env.reset(task)[0])
+        tokens = len(render_prompt([Turn("user", text)], tokenizer))
+        assert exact(text) == tokens
+        assert bound(text) <= tokens  # a lower bound: it never refuses a recipe that fits
+    small = recipe(model={"path": str(tmp_path / "model"), "max_length": 40})
+    with pytest.raises(ConfigError, match=r"take \d+ tokens and a reply up to 24 more"):
+        check_recipe(small)
+
+
+def test_a_damaged_store_stops_the_run_with_one_sentence_and_is_kept(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    db = out / "store.sqlite"
+    db.write_bytes(b"SQLite format 3\x00" + b"\x10\x00\x01\x01" + b"\xff" * 5000)
+    before = db.read_bytes()
+    with pytest.raises(RunDirError, match=f"{str(db)!r} is damaged"):
+        execute(recipe(), out, quiet=True)
+    assert db.read_bytes() == before
+    assert not (out / "stages").exists()  # no stage ran
