@@ -83,6 +83,9 @@ class DpoConfig:
     """Seeds the data order and every RNG."""
     save_every: int = 200
     """Checkpoint every this many steps; one is always written at the end."""
+    save_every_minutes: float = 5.0
+    """Also checkpoint once the last checkpoint is this old, so a kill costs minutes of
+    training at most, however far apart `save_every` steps are (0: by steps only)."""
     save_total_limit: int = 2
     """Checkpoints kept (oldest deleted first)."""
     resume: bool = True
@@ -229,7 +232,11 @@ def train_dpo(
                     info=f"loss {record['loss']:.4f} acc {record['reward_accuracy']:.2f}",
                 )
                 end_of_epoch = step % steps_per_epoch == 0
-                if step % config.save_every == 0 or step == last:
+                if (
+                    step % config.save_every == 0
+                    or step == last
+                    or run.due(config.save_every_minutes)
+                ):
                     run.save(step, epoch)
                 if step >= last or end_of_epoch:
                     break

@@ -1,5 +1,10 @@
 """What the SFT and DPO loops share: accelerator, optimizer and schedule, windows of
 micro-batches, checkpoints with resume, the metrics history and the progress bar.
+
+Checkpoints are written every `save_every` steps and every `save_every_minutes`, whichever
+comes first, so a kill costs minutes of training at most. A checkpoint lists its files with
+their sizes; one that lacks a file (or cannot be loaded) is set aside with a warning and the
+run resumes from the one before it, or from the stage's start.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -29,6 +36,20 @@ from torch import nn
 from coevo.train.model import finish_model, mixed_precision, save_model
 
 SCHEDULES = ("cosine", "constant", "linear")
+STATE_FILE = "trainer_state.json"
+# What accelerate writes for our one model, optimizer and scheduler; checked in checkpoints
+# from before the file lists were recorded.
+_ESSENTIAL = {
+    "model weights": ("model*.safetensors", "pytorch_model*.bin"),
+    "optimizer.bin": ("optimizer*.bin",),
+    "scheduler.bin": ("scheduler*.bin",),
+}
+
+console = Console(stderr=True)
+
+
+class CheckpointError(RuntimeError):
+    """The newest checkpoint failed to load part-way and no complete one is left to fall back on."""
 
 
 def check_loop_settings(config: Any) -> None:
@@ -38,6 +59,11 @@ def check_loop_settings(config: Any) -> None:
         value = getattr(config, field_name)
         if value < 1:
             raise ValueError(f"{name}.{field_name} must be >= 1, got {value}.")
+    if not config.save_every_minutes >= 0:
+        raise ValueError(
+            f"{name}.save_every_minutes must be >= 0 (0: by steps only), got "
+            f"{config.save_every_minutes}."
+        )
     if not 0 <= config.warmup_ratio < 1:
         raise ValueError(f"{name}.warmup_ratio must be in [0, 1), got {config.warmup_ratio}.")
 
@@ -115,6 +141,7 @@ class RunDir:
         self.keep = max(1, keep)
         self.metrics_path = self.root / "metrics.jsonl"
         self.history: list[dict[str, Any]] = []
+        self.saved_at = time.monotonic()
         if accelerator.is_main_process:
             (self.root / "checkpoints").mkdir(parents=True, exist_ok=True)
         accelerator.wait_for_everyone()
@@ -122,21 +149,41 @@ class RunDir:
     def checkpoints(self) -> list[tuple[int, Path]]:
         found = []
         for p in (self.root / "checkpoints").glob("step-*"):
-            if p.is_dir() and p.name[5:].isdigit() and (p / "trainer_state.json").exists():
+            if p.is_dir() and p.name[5:].isdigit() and (p / STATE_FILE).exists():
                 found.append((int(p.name[5:]), p))
         return sorted(found)
 
     def resume(self) -> int:
-        """Load the latest checkpoint if there is one; return its step (0 for a fresh start).
+        """Load the newest complete checkpoint if there is one; return its step (0: the start).
 
-        The metrics history is cut back to that step, so a resumed run's history reads as
-        if it had never stopped.
+        A checkpoint that lacks a file is set aside (renamed `broken-step-N`) with a warning,
+        and the one before it is tried. The metrics history is cut back to the step resumed
+        from, so a resumed run's history reads as if it had never stopped.
         """
         found = self.checkpoints()
         step = 0
-        if found:
-            step, path = found[-1]
-            self.accelerator.load_state(str(path))
+        failed: str | None = None  # a load that failed part-way may have changed the weights
+        while found:
+            candidate, path = found.pop()
+            problem = incomplete(path)
+            if problem is None:
+                try:
+                    self.accelerator.load_state(str(path))
+                except Exception as exc:  # any unreadable file: the one before may do
+                    problem = f"cannot be loaded ({type(exc).__name__}: {exc})"
+                    failed = f"{path} {problem}"
+                else:
+                    step = candidate
+                    break
+            if failed is not None and not found:
+                raise CheckpointError(
+                    f"Checkpoint {failed}, and no complete checkpoint is left to resume from: "
+                    "delete it to start this stage over."
+                )
+            since = f"step {found[-1][0]}" if found else "the start of the stage"
+            self._set_aside(path, f"checkpoint {path} {problem}; resuming from {since}")
+        self.accelerator.wait_for_everyone()
+        self.saved_at = time.monotonic()
         old = []
         if self.metrics_path.exists():
             with self.metrics_path.open() as f:
@@ -147,6 +194,15 @@ class RunDir:
                 f.writelines(json.dumps(r) + "\n" for r in self.history)
         return step
 
+    def _set_aside(self, path: Path, warning: str) -> None:
+        # Renamed, not deleted (its weights may still be of use), and out of the way of the
+        # next save of the same step.
+        if self.accelerator.is_main_process:
+            console.print(f"[yellow]{escape(warning)}[/]", soft_wrap=True)
+            aside = path.with_name(f"broken-{path.name}")
+            shutil.rmtree(aside, ignore_errors=True)
+            path.rename(aside)
+
     def reset(self) -> int:
         """Start over: forget the checkpoints and history of an earlier run in this directory."""
         if self.accelerator.is_main_process:
@@ -155,6 +211,7 @@ class RunDir:
             self.metrics_path.unlink(missing_ok=True)
         self.accelerator.wait_for_everyone()
         self.history = []
+        self.saved_at = time.monotonic()
         return 0
 
     def log(self, record: dict[str, Any]) -> None:
@@ -162,6 +219,14 @@ class RunDir:
         if self.accelerator.is_main_process:
             with self.metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
+
+    def due(self, every_minutes: float) -> bool:
+        """True when the last checkpoint is `every_minutes` old (0: never), on every process."""
+        if every_minutes <= 0:
+            return False
+        late = time.monotonic() - self.saved_at >= every_minutes * 60
+        # Clocks differ between processes; saving is collective, so one late process decides.
+        return global_sum(self.accelerator, late) > 0
 
     def save(self, step: int, epoch: int) -> None:
         """Model, optimizer, scheduler, RNG states and the step, written atomically."""
@@ -175,12 +240,41 @@ class RunDir:
         self.accelerator.save_state(str(tmp))
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
-            (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "epoch": epoch}))
+            files = {
+                str(p.relative_to(tmp)): p.stat().st_size
+                for p in sorted(tmp.rglob("*"))
+                if p.is_file()
+            }
+            state = {"step": step, "epoch": epoch, "files": files}
+            (tmp / STATE_FILE).write_text(json.dumps(state))
             # A rename is atomic: a run killed mid-save leaves only a .tmp that is ignored.
             tmp.rename(final)
+            # Only then the oldest go: there is always one complete checkpoint on disk.
             for _, old in self.checkpoints()[: -self.keep]:
                 shutil.rmtree(old, ignore_errors=True)
         self.accelerator.wait_for_everyone()
+        self.saved_at = time.monotonic()
+
+
+def incomplete(path: Path) -> str | None:
+    """What is wrong with checkpoint `path` (None: every file it lists is there, whole)."""
+    try:
+        state = json.loads((path / STATE_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        return f"has an unreadable {STATE_FILE} ({exc})"
+    files = state.get("files") if isinstance(state, dict) else None
+    if files is None:
+        for label, patterns in _ESSENTIAL.items():
+            if not any(next(path.glob(pattern), None) for pattern in patterns):
+                return f"lacks its {label}"
+        return None
+    for name, size in files.items():
+        file = path / name
+        if not file.is_file():
+            return f"lacks {name}"
+        if file.stat().st_size != size:
+            return f"has a cut-short {name} ({file.stat().st_size} of {size} bytes)"
+    return None
 
 
 def progress_bar(accelerator: Accelerator, enabled: bool) -> Progress:

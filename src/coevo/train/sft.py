@@ -69,6 +69,9 @@ class SftConfig:
     """Eval loss every this many steps (0: at the end of each epoch); needs eval examples."""
     save_every: int = 200
     """Checkpoint every this many steps; one is always written at the end."""
+    save_every_minutes: float = 5.0
+    """Also checkpoint once the last checkpoint is this old, so a kill costs minutes of
+    training at most, however far apart `save_every` steps are (0: by steps only)."""
     save_total_limit: int = 2
     """Checkpoints kept (oldest deleted first)."""
     resume: bool = True
@@ -184,7 +187,11 @@ def train_sft(
                     eval_loss = evaluate_sft(net, eval_examples, config.batch_size, accelerator)
                     run.log({"step": step, "epoch": epoch, "eval_loss": eval_loss})
                     net.train()
-                if step % config.save_every == 0 or step == last:
+                if (
+                    step % config.save_every == 0
+                    or step == last
+                    or run.due(config.save_every_minutes)
+                ):
                     run.save(step, epoch)
                 if step >= last or end_of_epoch:
                     break
