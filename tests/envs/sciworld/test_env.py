@@ -9,6 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,6 +192,30 @@ def test_killed_jvm_ends_the_episode_and_the_env_recovers(env: SciWorldEnv) -> N
         env.step("Action: look around")
     # The fresh JVM plays whole episodes again.
     assert expert_trajectory(env, task).reward == 1.0
+
+
+JVM_DEATH = textwrap.dedent(
+    """
+    import os, signal
+    from coevo.envs.sciworld import SciWorldEnv
+
+    env = SciWorldEnv()
+    env.reset(env.tasks("test_seen")[0])
+    os.kill(env.sim.pid, signal.SIGKILL)
+    assert env.step("Action: look around").info["error"] == "died"
+    env.close()
+    """
+)
+
+
+def test_a_jvm_death_prints_one_line() -> None:
+    # A fresh interpreter: py4j's tracebacks show only where logging is not yet configured.
+    done = subprocess.run(
+        [sys.executable, "-c", JVM_DEATH], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ScienceWorld JVM died" in lines[0], lines[:8]
 
 
 def test_hung_jvm_times_out_and_is_replaced(

@@ -119,3 +119,29 @@ def test_reset_rejects_a_task_of_another_env(shop):
 
     with pytest.raises(EnvError, match="is not a shop task"):
         shop.reset(Task("toy/train/0", "toy", "train", "Type apple.", {"word": "apple"}))
+
+
+def test_a_query_that_matches_nothing_is_echoed_cut(shop):
+    shop.reset(shop.tasks("train")[0])
+    query = "zq" * 50_000  # a 100,000-character action
+    result = shop.step(f"search[{query}]")
+    assert result.info["page"] == "results" and not result.done
+    assert "No products match 'zqzq" in result.observation
+    assert "(the first 100 of its 100,000 characters)" in result.observation
+    assert len(result.observation) < 600  # was 100,200
+    shop.step("click[back to search]")
+    short = shop.step("search[zqzqzq]")
+    assert "No products match 'zqzqzq'. Go back" in short.observation
+
+
+@pytest.mark.parametrize("separator", ["", " ", "\t"])
+def test_an_action_repeated_in_one_reply_is_one_action_and_unexpected_text(shop, separator):
+    shop.reset(shop.tasks("train")[0])
+    result = shop.step("Action: " + separator.join(["search[red shoes]"] * 5_000))
+    assert result.observation.startswith("Unexpected text after the action: 'search[red shoes]")
+    assert "e.g. search[red shoes]." in result.observation
+    assert result.info["page"] == "search" and "error" in result.info
+    assert len(result.observation) < 400
+    # Brackets inside the keywords still belong to the one action.
+    nested = shop.step("search[running shoes [size 10]]")
+    assert nested.info["page"] == "results" and "error" not in nested.info

@@ -11,7 +11,8 @@ it), which makes the simulator reproducible: the same actions give the same obse
 Each call runs on one worker thread and waits at most `timeout` seconds. A call that hangs, or
 a JVM that died (killed, crashed, out of memory), raises `SimulatorError` after the JVM has been
 killed and a fresh one started, so the caller can end the episode and carry on. The JVM is
-closed by `close()` and, failing that, at interpreter exit.
+closed by `close()` and, failing that, at interpreter exit. A death costs one warning line:
+py4j's own tracebacks (about 50 lines each) are silenced, since the episode says what happened.
 """
 
 from __future__ import annotations
@@ -52,6 +53,31 @@ class SimulatorError(RuntimeError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+def quiet_py4j() -> None:
+    """Silence py4j's error tracebacks about a lost JVM; `Simulator.call` reports it in one line.
+
+    py4j logs them on its `py4j.*` loggers, and one more through the root logger itself
+    (`logging.exception` in `send_command`), which a logger level cannot reach: a filter on the
+    root logger drops the records that come from py4j's own files, and only those.
+    """
+    import py4j
+
+    for name in ("py4j.java_gateway", "py4j.clientserver"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    root = logging.getLogger()
+    if not any(isinstance(f, _FromPy4j) for f in root.filters):
+        root.addFilter(_FromPy4j(os.path.dirname(py4j.__file__)))
+
+
+class _FromPy4j(logging.Filter):
+    def __init__(self, package_dir: str) -> None:
+        super().__init__()
+        self.package_dir = package_dir + os.sep
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.pathname.startswith(self.package_dir)
 
 
 def require_package() -> str:
@@ -124,6 +150,7 @@ class Simulator:
 
     def __init__(self, timeout: float = 30.0, start_timeout: float = 120.0) -> None:
         self.version = require_package()
+        quiet_py4j()
         self.timeout = timeout
         self.start_timeout = start_timeout
         self.restarts = 0

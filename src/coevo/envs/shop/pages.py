@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from coevo.envs.shop.catalog import Product
 
 RESULTS_PER_PAGE = 10
+QUERY_ECHO = 100  # characters of a query repeated back when nothing matches it
 BACK, NEXT, PREV, BUY = "back to search", "next >", "< prev", "buy now"
 SUB_PAGES = ("description", "features", "reviews")
 
@@ -63,7 +64,11 @@ def results_page(
     clickables: dict[str, Target] = {BACK: ("back",)}
     lines = [f"Instruction: {instruction}", f"[{BACK}]"]
     if not results:
-        lines.append(f"No products match {query!r}. Go back and try other keywords.")
+        # The whole query could be 100,000 characters: the observation echoes a bounded part.
+        shown = repr(query[:QUERY_ECHO])
+        if len(query) > QUERY_ECHO:
+            shown += f" (the first {QUERY_ECHO} of its {len(query):,} characters)"
+        lines.append(f"No products match {shown}. Go back and try other keywords.")
         return Page("results", "\n".join(lines), clickables)
     lines.append(f"Page {page_no} (Total results: {len(results)})")
     nav = []
@@ -136,6 +141,7 @@ def done_text(product: Product, chosen: dict[str, str], reward: float) -> str:
 
 _ACTION = re.compile(r"([A-Za-z_]+)(\s*)\[(.*)\]", re.DOTALL)
 _TRAILING = re.compile(r"([A-Za-z_]+)\s*\[(.*)\](.+)", re.DOTALL)
+_OPENING = re.compile(r"([A-Za-z_]+)\s*\[")
 VERBS = ("search", "click")
 
 
@@ -154,19 +160,22 @@ def parse_action(text: str) -> Action | str:
     head, newline, rest = text.partition("\n")
     if newline and _ACTION.fullmatch(head.strip()):
         # Two actions, or an action and more text: only one action per step.
-        return (
-            f"Unexpected text after the action: {rest.strip()[:80]!r}. Write one action and "
-            f"nothing after it, e.g. {head.strip()[:80]}."
-        )
+        return _unexpected(rest, head.strip()[:80])
+    opening = _OPENING.match(text)
+    if opening is not None and opening.group(1).lower() in VERBS:
+        # The action ends at the bracket that closes its own: `search[red shoes]` written
+        # 5,000 times in a row is one action and then unexpected text, not one long search.
+        end = _closing_bracket(text, opening.end() - 1)
+        extra = text[end + 1 :].strip() if end is not None else ""
+        if extra:
+            arg = text[opening.end() : end]
+            return _unexpected(extra, f"{opening.group(1).lower()}[{arg[:60]}]")
     match = _ACTION.fullmatch(text)
     if match is None:
         trailing = _TRAILING.fullmatch(text)
         if trailing is not None and trailing.group(1).lower() in VERBS:
-            extra = trailing.group(3).strip()
-            return (
-                f"Unexpected text after the action: {extra[:80]!r}. Write one action and "
-                f"nothing after it, e.g. {trailing.group(1).lower()}[{trailing.group(2)[:60]}]."
-            )
+            example = f"{trailing.group(1).lower()}[{trailing.group(2)[:60]}]"
+            return _unexpected(trailing.group(3), example)
         if "[" in text and "]" not in text:
             return f"Invalid action {text[:80]!r}: the closing ']' is missing."
         return (
@@ -180,3 +189,23 @@ def parse_action(text: str) -> Action | str:
     if verb != verb.lower() or space:
         note = f"(Read {verb}{space}[...] as {verb.lower()}[...]: write actions in lower case.)"
     return Action(verb.lower(), arg, note)
+
+
+def _unexpected(extra: str, example: str) -> str:
+    return (
+        f"Unexpected text after the action: {extra.strip()[:80]!r}. Write one action and "
+        f"nothing after it, e.g. {example}."
+    )
+
+
+def _closing_bracket(text: str, start: int) -> int | None:
+    """Index of the `]` that closes the `[` at `start` (brackets may nest), or None."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "[":
+            depth += 1
+        elif text[i] == "]":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
