@@ -69,9 +69,10 @@ class SftConfig:
     """Eval loss every this many steps (0: at the end of each epoch); needs eval examples."""
     save_every: int = 200
     """Checkpoint every this many steps; one is always written at the end."""
-    save_every_minutes: float = 5.0
+    save_every_minutes: float = 3.0
     """Also checkpoint once the last checkpoint is this old, so a kill costs minutes of
-    training at most, however far apart `save_every` steps are (0: by steps only)."""
+    training at most, however far apart `save_every` steps are (0: by steps only). Writing
+    one for SmolLM2-135M (weights and AdamW state, 1.6 GB) took 2.9 s: 1.6% at 3 minutes."""
     save_total_limit: int = 2
     """Checkpoints kept (oldest deleted first)."""
     resume: bool = True
