@@ -95,6 +95,26 @@ def test_lora_changes_only_the_adapters_and_saves_merged(tmp_path, model_factory
     assert done.step == 6
 
 
+def test_train_layers_moves_only_the_top_layers(tmp_path, model_factory, sft_data):
+    model = model_factory()
+    layers = len(model.get_decoder().layers)
+    before = snapshot(model)
+    result = train_sft(model, sft_data, config(tmp_path, epochs=1, train_layers=1))
+    changed = {k for k, v in result.model.state_dict().items() if not torch.equal(v, before[k])}
+    top = f"layers.{layers - 1}."
+    # Every weight of the top layer and the final norm moved; nothing else did (the
+    # embeddings, tied to the head, included).
+    assert changed == {k for k in before if top in k or k == "model.norm.weight"}
+
+    lora = train_sft(
+        model_factory(),
+        sft_data,
+        config(tmp_path / "lora", train_layers=1, lora_r=4, lora_alpha=8, stop_after_steps=2),
+    )
+    adapted = {n for n, p in lora.model.named_parameters() if p.requires_grad}
+    assert adapted and all(top in n and "lora_" in n for n in adapted)
+
+
 def test_bad_settings_and_data_get_clear_errors(tmp_path, model_factory, sft_data):
     with pytest.raises(ValueError, match="SftConfig.batch_size"):
         train_sft(model_factory(), sft_data, config(tmp_path, batch_size=0))

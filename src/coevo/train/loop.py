@@ -64,6 +64,8 @@ def check_loop_settings(config: Any) -> None:
             f"{name}.save_every_minutes must be >= 0 (0: by steps only), got "
             f"{config.save_every_minutes}."
         )
+    if config.train_layers < 0:
+        raise ValueError(f"{name}.train_layers must be >= 0 (0: all), got {config.train_layers}.")
     if not 0 <= config.warmup_ratio < 1:
         raise ValueError(f"{name}.warmup_ratio must be in [0, 1), got {config.warmup_ratio}.")
 

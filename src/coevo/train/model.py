@@ -37,9 +37,18 @@ def load_model(model: Any) -> nn.Module:
 
 
 def add_lora(
-    model: nn.Module, *, r: int, alpha: int, dropout: float, target_modules: tuple[str, ...]
+    model: nn.Module,
+    *,
+    r: int,
+    alpha: int,
+    dropout: float,
+    target_modules: tuple[str, ...],
+    layers: list[int] | None = None,
 ) -> nn.Module:
-    """Wrap `model` in fresh LoRA adapters (PEFT); only the adapters stay trainable."""
+    """Wrap `model` in fresh LoRA adapters (PEFT); only the adapters stay trainable.
+
+    `layers`: decoder layer indices that get adapters (None: all of them).
+    """
     from peft import LoraConfig, get_peft_model
 
     names = list(target_modules)
@@ -52,6 +61,7 @@ def add_lora(
                 lora_alpha=alpha,
                 lora_dropout=dropout,
                 target_modules=targets,
+                layers_to_transform=layers,
                 task_type="CAUSAL_LM",
             ),
         )
@@ -71,6 +81,7 @@ def trainable(model: Any, config: Any) -> nn.Module:
     if config.gradient_checkpointing:
         # Non-reentrant: works with frozen inputs (LoRA) and needs no input-grad hooks.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    top = top_layers(model, config.train_layers) if config.train_layers > 0 else None
     if config.lora_r > 0:
         model = add_lora(
             model,
@@ -78,8 +89,31 @@ def trainable(model: Any, config: Any) -> nn.Module:
             alpha=config.lora_alpha,
             dropout=config.lora_dropout,
             target_modules=config.lora_target_modules,
+            layers=top,
         )
+    elif top is not None:
+        # Nothing below the lowest trained layer needs a gradient, so autograd's backward
+        # pass ends there: the saving is the whole backward of the frozen layers.
+        model.requires_grad_(False)
+        for index in top:
+            model.get_decoder().layers[index].requires_grad_(True)
+        norm = getattr(model.get_decoder(), "norm", None)
+        if norm is not None:
+            norm.requires_grad_(True)
     return model
+
+
+def top_layers(model: nn.Module, n: int) -> list[int]:
+    """Indices of the top `n` decoder layers of `model`."""
+    layers = getattr(model.get_decoder(), "layers", None) if hasattr(model, "get_decoder") else None
+    if layers is None:
+        raise ValueError(
+            "train_layers needs a decoder with a `layers` list (Llama, Qwen, Mistral, ...); "
+            "set train_layers: 0 to train every layer of this model."
+        )
+    if n > len(layers):
+        raise ValueError(f"train_layers={n} but the model has {len(layers)} decoder layers.")
+    return list(range(len(layers) - n, len(layers)))
 
 
 def is_lora(model: nn.Module) -> bool:

@@ -90,6 +90,10 @@ class SftConfig:
     """Dropout on the LoRA input."""
     lora_target_modules: tuple[str, ...] = field(default=LLAMA_LINEAR)
     """Names of the linear layers that get adapters (`["all-linear"]` for all of them)."""
+    train_layers: int = 0
+    """Train only the top N decoder layers (with LoRA: put adapters only there); 0 trains all.
+    The backward pass stops below them: 10 of SmolLM2-135M's 30 layers made a CPU step 2.2x
+    faster. Embeddings (tied to the LM head in small models) stay frozen when N > 0."""
     save_final_model: bool = True
     """Write the trained (LoRA-merged) model to output_dir/model."""
     progress: bool = True
