@@ -16,14 +16,14 @@ from coevo.methods.runner import execute
 
 DEMO: dict = {
     # sql: its episodes are half as long as shop's, and tokens are what a CPU pays for.
-    "env": {"name": "sql", "train_tasks": 24, "eval_tasks": 15},
+    "env": {"name": "sql", "train_tasks": 20, "eval_tasks": 12},
     "model": {"name": "smollm2-135m", "max_length": 1024},
     # One iteration keeps the demo within 15 minutes on 2 cores; iterations=2 for more.
     "iterations": 1,
-    "sft": {"epochs": 2, "batch_size": 8, "lr": 1.0e-4, "warmup_ratio": 0.1},
-    "dpo": {"epochs": 1, "batch_size": 8, "lr": 1.0e-5, "beta": 0.1},
-    "explore": {"samples": 1, "temperature": 0.8, "batch_size": 24, "max_new_tokens": 96},
-    "eval": {"batch_size": 30, "max_new_tokens": 96},
+    "sft": {"epochs": 3, "batch_size": 8, "lr": 1.0e-4, "warmup_ratio": 0.1},
+    "dpo": {"epochs": 1, "batch_size": 4, "grad_accum": 2, "lr": 1.0e-5, "beta": 0.1},
+    "explore": {"samples": 1, "temperature": 0.8, "batch_size": 20, "max_new_tokens": 96},
+    "eval": {"batch_size": 24, "max_new_tokens": 96},
 }
 METHODS = ("sft", "eto", "failure_agent")
 
