@@ -2,22 +2,27 @@
 
     python benchmarks/dpo_speed.py                  # 64 pairs, 1 epoch, batch 4
     python benchmarks/dpo_speed.py --pairs 128 --repeats 3
+    python benchmarks/dpo_speed.py --model smollm2-135m   # 16 pairs, the pretrained model
 
 Setup (made locally, nothing downloaded): the `shop` env, a `coevo model init`-style nano model
-(tokenizer trained on shop expert episodes), and pairs of expert episode (chosen) vs a replayed
+(tokenizer trained on shop expert episodes) or, with `--model smollm2-135m`, the packaged
+pretrained SmolLM2-135M-Instruct (`coevo.policy.models.get_model`; the same pairs, tokenised
+by its tokenizer and ChatML template), and pairs of expert episode (chosen) vs a replayed
 failure (rejected: the expert's search, then the first other product of the results bought
 as is). Ours trains on the rendered pairs with the agent-token mask; TRL gets the same
 conversations packed into its prompt / chosen / rejected message lists (prompt = the opening
 user turn) with `precompute_ref_log_probs=True`. Same model, same pairs, batch, epochs,
 learning rate, beta, warm-up and constant schedule; both on the CPU in fp32.
 
-Each trainer runs in fresh subprocesses (`--child`), one thread each (torch.set_num_threads(1)),
-so neither inherits the other's memory, and thread contention cannot favour one. Speed and
+Each trainer runs in fresh subprocesses (`--child`), with `--threads` torch threads each (default:
+1 for the nano model, the model's own setting for a pretrained one: 2 for SmolLM2-135M), so
+neither inherits the other's memory, and thread contention cannot favour one. Speed and
 memory come from separate runs, measured the same way for both trainers:
 - tokens/s: the pair set's tokens (chosen + rejected, as rendered by coevo) times epochs,
   divided by the CPU time of the whole training call, reference log-probs included. CPU time,
   not wall time, because this machine is shared: wall time would measure the neighbours
-  (both are printed; on a quiet machine they agree).
+  (both are printed; on a quiet machine they agree). Ours always writes a resumable checkpoint
+  at the end of the run, inside the call; its time is printed on its own line.
 - peak memory: the growth of the process's peak RSS (`ru_maxrss`) over its RSS just before the
   training call: what training needs on top of the loaded model and data (the Python + torch
   baseline, several hundred MB for both, would only dilute the ratio). tracemalloc does not
@@ -31,7 +36,8 @@ compared like with like (`--checkpointing on|off|both`, default on: TRL's defaul
 
 With --repeats N every run is repeated N times (interleaved) and the best of each is kept.
 The last two lines are `speedup: N.NN` (ours / TRL tokens/s) and `memory ratio: N.NN`
-(ours / TRL peak growth).
+(ours / TRL peak growth). Nano runs are recorded under "## Runs" in the results file, a
+pretrained model's under "## Runs: NAME".
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -126,23 +133,26 @@ def trl_rows(pairs) -> list[dict]:
 
 def load_inputs(work: Path) -> tuple:
     """The tokenizer, a fresh copy of the model and the pairs both trainers get."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from coevo.trajectory import Pair
 
     tok = AutoTokenizer.from_pretrained(work / "model")
-    model = AutoModelForCausalLM.from_pretrained(work / "model")
+    model = AutoModelForCausalLM.from_pretrained(work / "model", dtype=torch.float32)
     pairs = [Pair.from_json(line) for line in (work / "pairs.jsonl").read_text().splitlines()]
     return tok, model, pairs
 
 
 def run_ours(work: Path, args: argparse.Namespace) -> dict:
     from coevo.train import DpoConfig, dpo_examples, train_dpo
+    from coevo.train.loop import RunDir
 
     tok, model, pairs = load_inputs(work)
     examples = dpo_examples(pairs, tok)
+    out = work / f"ours-{os.getpid()}"
     config = DpoConfig(
-        output_dir=str(work / f"ours-{os.getpid()}"),
+        output_dir=str(out),
         beta=0.1,
         lr=args.lr,
         epochs=args.epochs,
@@ -156,7 +166,21 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
         progress=False,
         resume=False,
     )
-    return measure(lambda: train_dpo(model, examples, config))
+    # The loop always writes a resumable checkpoint at its last step (TRL here: none); it is
+    # part of ours' time, and timed on its own to show how much (1.6 GB for a 135M model).
+    saving = {"save_cpu": 0.0, "save_wall": 0.0}
+    save = RunDir.save
+
+    def timed_save(self, step: int, epoch: int) -> None:
+        cpu, wall = time.process_time(), time.perf_counter()
+        save(self, step, epoch)
+        saving["save_cpu"] += time.process_time() - cpu
+        saving["save_wall"] += time.perf_counter() - wall
+
+    RunDir.save = timed_save
+    got = measure(lambda: train_dpo(model, examples, config))
+    shutil.rmtree(out, ignore_errors=True)
+    return {**got, **saving}
 
 
 def run_trl(work: Path, args: argparse.Namespace) -> dict:
@@ -193,8 +217,9 @@ def child(
     which: str, work: Path, args: argparse.Namespace, checkpointing: str, memory: bool
 ) -> dict:
     cmd = [sys.executable, __file__, "--child", which, "--work", str(work)]
-    cmd += ["--checkpointing", checkpointing]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd += ["--checkpointing", checkpointing, "--threads", str(args.threads)]
+    threads = str(args.threads)
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
     if memory:
         env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     cmd += [
@@ -214,11 +239,17 @@ def child(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=64)
+    parser.add_argument(
+        "--model",
+        default="nano",
+        help="nano (a fresh nano model, the default) or a packaged pretrained model: smollm2-135m",
+    )
+    parser.add_argument("--pairs", type=int, help="default: 64 (nano), 16 (pretrained)")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--threads", type=int, help="torch threads per run (default: see above)")
     parser.add_argument(
         "--checkpointing",
         choices=["on", "off", "both"],
@@ -232,26 +263,44 @@ def main() -> None:
     if args.child:
         import torch
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(args.threads)
         run = run_ours if args.child == "ours" else run_trl
         print(json.dumps(run(args.work, args)))
         return
 
     from rich.console import Console
 
+    from coevo.policy.models import ModelError, packaged
+
+    pretrained = args.model != "nano"
+    if pretrained:
+        try:
+            spec = packaged(args.model)
+        except ModelError as e:
+            raise SystemExit(f"{e} (or nano)") from None
+    if args.pairs is None:
+        args.pairs = 16 if pretrained else 64
+    if args.threads is None:
+        args.threads = spec.cpu_threads if pretrained else 1
     console = Console(stderr=True)
     # "on" last: the closing speedup / memory ratio lines are for TRL's default setting.
     modes = ["off", "on"] if args.checkpointing == "both" else [args.checkpointing]
     with tempfile.TemporaryDirectory(prefix="dpo_speed_") as tmp:
         work = Path(tmp)
-        with console.status("building the nano model and the shop pairs"):
+        with console.status(f"preparing the {args.model} model and the shop pairs"):
             from transformers import AutoTokenizer
 
             from coevo.policy.render import render
-            from coevo.policy.tiny import init_model
 
             env, pairs = make_pairs(args.pairs)
-            info = init_model(env, "nano", work / "model", seed=0, max_tasks=200)
+            if pretrained:
+                info = link_pretrained(args.model, work / "model")
+                model_label = f"{spec.about} ({info['parameters']:,} parameters"
+            else:
+                from coevo.policy.tiny import init_model
+
+                info = init_model(env, "nano", work / "model", seed=0, max_tasks=200)
+                model_label = f"nano model ({info['parameters']:,} parameters"
             (work / "pairs.jsonl").write_text("\n".join(p.to_json() for p in pairs) + "\n")
             tok = AutoTokenizer.from_pretrained(work / "model")
             rendered = [render(t, tok) for p in pairs for t in (p.chosen, p.rejected)]
@@ -268,17 +317,18 @@ def main() -> None:
                         results.setdefault((which, mode, kind), []).append(got)
 
     setup = (
-        f"{len(pairs)} shop pairs (expert vs perturbed), nano model "
-        f"({info['parameters']:,} parameters, vocab {info['vocab']}), {args.epochs} epoch(s), "
-        f"batch {args.batch_size} pairs, {tokens:,} tokens ({agent_share:.0%} agent tokens), "
-        f"mean sequence {tokens / args.epochs / len(rendered):.0f} tokens, best of {args.repeats}"
+        f"{len(pairs)} shop pairs (expert vs perturbed), {model_label}, vocab {info['vocab']}), "
+        f"{args.epochs} epoch(s), batch {args.batch_size} pairs, {tokens:,} tokens "
+        f"({agent_share:.0%} agent tokens), mean sequence "
+        f"{tokens / args.epochs / len(rendered):.0f} tokens, {args.threads} torch thread(s) per "
+        f"run, best of {args.repeats}"
     )
     rows = [
         "| trainer | gradient checkpointing | CPU s | wall s | tokens/s (CPU) | "
         "tokens/s (wall) | peak RSS growth MB |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    ratios = {}
+    ratios, notes = {}, []
     for mode in modes:
         best = {}
         for which, label in (("ours", "coevo train_dpo"), ("trl", "TRL DPOTrainer")):
@@ -293,6 +343,12 @@ def main() -> None:
                 f"| {label} | {mode} | {b['cpu']:.1f} | {b['wall']:.1f} | "
                 f"{tokens / b['cpu']:,.0f} | {tokens / b['wall']:,.0f} | {b['mb']:.0f} |"
             )
+        saves = results[("ours", mode, "speed")]
+        notes.append(
+            f"checkpointing {mode}: of ours' time, its final checkpoint took "
+            f"{min(r['save_cpu'] for r in saves):.1f} s CPU, "
+            f"{min(r['save_wall'] for r in saves):.1f} s wall"
+        )
         ratios[mode] = (
             best["trl"]["cpu"] / best["ours"]["cpu"],  # = ours / TRL tokens per CPU second
             best["ours"]["mb"] / best["trl"]["mb"],
@@ -300,19 +356,54 @@ def main() -> None:
     print(setup)
     print(describe())
     print("\n".join(rows))
+    print("\n".join(notes))
     for mode in modes[:-1]:
         print(
             f"checkpointing {mode}: speedup {ratios[mode][0]:.2f}, memory ratio {ratios[mode][1]:.2f}"
         )
     speedup, memory_ratio = ratios[modes[-1]]
     if not args.no_record:
-        record(setup, rows, ratios)
+        heading = f"## Runs: {args.model}" if pretrained else "## Runs"
+        record(setup, rows, notes, ratios, heading)
     print(f"speedup: {speedup:.2f}")
     print(f"memory ratio: {memory_ratio:.2f}")
 
 
-def record(setup: str, rows: list[str], ratios: dict[str, tuple[float, float]]) -> None:
-    """Append this run's figures to the results file (earlier runs are kept below the notes)."""
+def link_pretrained(name: str, out: Path) -> dict:
+    """Point `out` at the converted checkpoint of pretrained model `name`; its size and vocab."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils.logging import disable_progress_bar
+
+    from coevo.policy.models import get_model
+
+    path = get_model(name)
+    out.symlink_to(path, target_is_directory=True)
+    disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(path)
+    parameters = sum(p.numel() for p in model.parameters())  # tied embeddings counted once
+    return {"parameters": parameters, "vocab": model.config.vocab_size}
+
+
+def add_to_section(text: str, heading: str, block: str) -> str:
+    """`text` with `block` added at the end of its `heading` section (made at the end if new)."""
+    lines = text.rstrip("\n").split("\n")
+    if heading not in lines:
+        return "\n".join(lines) + f"\n\n{heading}\n\n{block}"
+    start = lines.index(heading) + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("## ")), len(lines))
+    out = "\n".join(lines[:end]).rstrip("\n") + "\n\n" + block.rstrip("\n") + "\n"
+    rest = "\n".join(lines[end:])
+    return out + (f"\n{rest}\n" if rest else "")
+
+
+def record(
+    setup: str,
+    rows: list[str],
+    notes: list[str],
+    ratios: dict[str, tuple[float, float]],
+    heading: str,
+) -> None:
+    """Add this run's figures at the end of section `heading` of the results file."""
     stamp = time.strftime("%Y-%m-%d %H:%M")
     block = [
         f"### {stamp}",
@@ -322,6 +413,7 @@ def record(setup: str, rows: list[str], ratios: dict[str, tuple[float, float]]) 
         "",
         *rows,
         "",
+        *(f"- {note}" for note in notes),
         *(
             f"- checkpointing {mode}: speedup {r[0]:.2f} (goal >= 1.3), memory ratio {r[1]:.2f} "
             "(goal <= 1.0)"
@@ -330,8 +422,8 @@ def record(setup: str, rows: list[str], ratios: dict[str, tuple[float, float]]) 
         "",
     ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    text = RESULTS.read_text() if RESULTS.exists() else "# DPO speed: coevo vs TRL\n\n## Runs\n\n"
-    RESULTS.write_text(text.rstrip("\n") + "\n\n" + "\n".join(block))
+    text = RESULTS.read_text() if RESULTS.exists() else "# DPO speed: coevo vs TRL\n"
+    RESULTS.write_text(add_to_section(text, heading, "\n".join(block)))
 
 
 if __name__ == "__main__":

@@ -2,16 +2,28 @@
 
     python benchmarks/rollout_speed.py                  # 64 shop tasks, a fresh nano model
     python benchmarks/rollout_speed.py --model DIR      # any local checkpoint
+    python benchmarks/rollout_speed.py --model smollm2-135m   # the packaged pretrained model
 
 Both sides use the same model, the same 64 shop train tasks, the same sampling settings and
 the same per-episode, per-step seeds. The lockstep side is `coevo.rollout.rollout` (one
 batched generate per step for every live episode, continuous batching, kept key/value caches).
 The one-at-a-time side plays each episode alone and re-sends the whole rendered conversation
-every step, as ETO's exploration does. Env start-up is not timed on either side. The model is
-random-initialised unless --model is given: it rarely writes a valid action, so episodes run to
-the step budget with full-length replies, the costliest case for both sides.
+every step, as ETO's exploration does; both sides keep a prompt within the model's context
+less max_new_tokens (older exchanges dropped first, as `rollout` does). Env start-up is not
+timed on either side. The model is random-initialised unless --model is given: it rarely
+writes a valid action, so episodes run to the step budget with full-length replies, the
+costliest case for both sides.
 
-Writes benchmarks/results/rollout_speed.md; the last line printed is `speedup: N.NN`.
+--model NAME takes a packaged pretrained model (`coevo.policy.models`, e.g. smollm2-135m:
+SmolLM2-135M-Instruct, converted once into the cache). Its defaults are smaller, since the
+model is 120 times the nano's size and an untrained-for-shop reply runs to max_new_tokens
+(measured on the shared 2-core machine: about 0.7 s per decoded token alone, so one episode
+of 15 steps takes minutes one at a time): 8 tasks, batch 8, and the model's own torch thread
+count (2 for SmolLM2-135M).
+
+Writes benchmarks/results/rollout_speed.md: a nano or --model DIR run rewrites the top of the
+file (its notes included, as before), a pretrained model's run only its own section,
+"## Pretrained model: NAME"; each keeps the other's. The last line printed is `speedup: N.NN`.
 """
 
 from __future__ import annotations
@@ -29,22 +41,25 @@ from coevo.envs import make
 from coevo.envs.episode import observation_message, opening_message
 from coevo.policy.base import Sampling
 from coevo.policy.hf import HFPolicy
+from coevo.policy.models import PRETRAINED, get_model
 from coevo.policy.render import render_prompt
 from coevo.rollout import EnvPool, episode_seed, rollout, step_seed
 from coevo.trajectory import Turn
 
 RESULTS = Path(__file__).parent / "results" / "rollout_speed.md"
+PRETRAINED_HEADING = "## Pretrained model: "
 
 
 def one_at_a_time(policy, env, tasks, sampling, seed):
     """ETO's exploration: each episode alone, the whole prompt rendered and sent every step."""
+    budget = policy.max_context - sampling.max_new_tokens  # as `rollout` keeps its prompts
     rewards, steps = [], 0
     for task in tasks:
         ep_seed = episode_seed(seed, task.id, 0)
         observation, _ = env.reset(task, seed=ep_seed)
         turns = [Turn("user", opening_message(env, observation))]
         for step in range(env.max_steps):
-            prompt = render_prompt(turns, policy.tokenizer)
+            prompt = render_prompt(turns, policy.tokenizer, max_length=budget)
             (completion,) = policy.generate([prompt], sampling, seeds=[step_seed(ep_seed, step)])
             result = env.step(completion.text)
             steps += 1
@@ -58,23 +73,36 @@ def one_at_a_time(policy, env, tasks, sampling, seed):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, help="checkpoint dir (default: a fresh nano)")
-    parser.add_argument("--tasks", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument(
+        "--model",
+        help="a checkpoint dir or a packaged pretrained model (smollm2-135m); default: a fresh nano",
+    )
+    parser.add_argument("--tasks", type=int, help="default: 64, or 8 for a pretrained model")
+    parser.add_argument("--batch-size", type=int, help="default: 64, or 8 for a pretrained model")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperature", type=float, default=1.0)
     # One thread by default: a nano model gains little from more, and on a shared machine
-    # threads that contend make every matrix product many times slower.
-    parser.add_argument("--threads", type=int, default=1)
+    # threads that contend make every matrix product many times slower. A pretrained model
+    # takes its own measured best (PRETRAINED[name].cpu_threads).
+    parser.add_argument("--threads", type=int, help="default: 1, or the pretrained model's own")
     parser.add_argument("--no-write", action="store_true", help="do not update the results file")
     args = parser.parse_args()
+    pretrained = args.model in PRETRAINED
+    small = 8 if pretrained else 64
+    args.tasks = small if args.tasks is None else args.tasks
+    args.batch_size = small if args.batch_size is None else args.batch_size
+    if args.threads is None:
+        args.threads = PRETRAINED[args.model].cpu_threads if pretrained else 1
     torch.set_num_threads(args.threads)
 
     env = make("shop")
     tasks = env.tasks("train")[: args.tasks]
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = args.model
-        if model_dir is None:
+        if pretrained:
+            model_dir = get_model(args.model)
+        elif args.model is not None:
+            model_dir = Path(args.model)
+        else:
             from coevo.policy.tiny import init_model
 
             model_dir = Path(tmp) / "nano"
@@ -118,8 +146,8 @@ def main() -> None:
     ]
     setup = (
         f"{n} shop train tasks (max {env.max_steps} steps), model {params:,} parameters "
-        f"({'random init' if args.model is None else args.model}), float32 on CPU, "
-        f"{args.threads} torch threads; temperature {args.temperature}, max_new_tokens "
+        f"({'random init' if args.model is None else describe_model(args.model)}), "
+        f"float32 on CPU, {args.threads} torch threads; temperature {args.temperature}, max_new_tokens "
         f"{args.max_new_tokens}; lockstep batch size {args.batch_size}"
     )
     machine = (
@@ -130,18 +158,65 @@ def main() -> None:
     print(machine)
     print("\n".join(lines))
     if not args.no_write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(
-            "# Rollout speed\n\n"
-            "`python benchmarks/rollout_speed.py`: episodes per second of lockstep rollouts "
-            "against one episode at a time (ETO's way: each episode alone, the whole prompt "
-            "re-sent every step). Goal: speedup >= 4.\n\n"
+        figures = (
             f"- setup: {setup}\n- machine: {machine}\n- measured: "
             f"{time.strftime('%Y-%m-%d %H:%M')}\n\n"
             + "\n".join(lines)
             + f"\n\nspeedup: {speedup:.2f}\n"
         )
+        if pretrained:
+            write_section(
+                f"{PRETRAINED_HEADING}{args.model}\n\n"
+                f"`python benchmarks/rollout_speed.py --model {args.model}`: the same comparison "
+                f"on {PRETRAINED[args.model].about}.\n\n" + figures
+            )
+        else:
+            write_top(
+                "# Rollout speed\n\n"
+                "`python benchmarks/rollout_speed.py`: episodes per second of lockstep rollouts "
+                "against one episode at a time (ETO's way: each episode alone, the whole prompt "
+                "re-sent every step). Goal: speedup >= 4.\n\n" + figures
+            )
     print(f"speedup: {speedup:.2f}")
+
+
+def describe_model(model: str) -> str:
+    return f"pretrained {model}" if model in PRETRAINED else model
+
+
+def results_sections() -> list[str]:
+    """The results file cut before each `## ` heading: the top part, then one per section."""
+    if not RESULTS.exists():
+        return []
+    chunks: list[list[str]] = [[]]
+    for line in RESULTS.read_text().splitlines():
+        if line.startswith("## "):
+            chunks.append([])
+        chunks[-1].append(line)
+    return ["\n".join(c).strip("\n") + "\n" for c in chunks if any(c)]
+
+
+def write_results(chunks: list[str]) -> None:
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text("\n".join(chunks))
+
+
+def write_top(top: str) -> None:
+    """Replace the top of the file and its notes; keep the pretrained models' sections."""
+    kept = [c for c in results_sections() if c.startswith(PRETRAINED_HEADING)]
+    write_results([top, *kept])
+
+
+def write_section(section: str) -> None:
+    """Replace this pretrained model's section (or add it at the end); keep everything else."""
+    heading = section.splitlines()[0]
+    chunks = results_sections() or ["# Rollout speed\n"]
+    mine = [i for i, c in enumerate(chunks) if c.splitlines()[0] == heading]
+    if mine:
+        chunks[mine[0]] = section
+    else:
+        chunks.append(section)
+    write_results(chunks)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,409 @@
+"""Our SFT against TRL's SFTTrainer on a pretrained model: tokens/s and peak memory, same tokens.
+
+    python benchmarks/model_speed.py                          # 64 sql episodes, SmolLM2-135M
+    python benchmarks/model_speed.py --examples 4 --no-record # a smoke test: one step each
+
+Setup: the packaged SmolLM2-135M-Instruct (`coevo.policy.models.get_model`, float32, ChatML
+template with its default system message) and the expert trajectories of the first N train
+tasks of the `sql` env. Ours trains `coevo.train.train_sft` on `sft_examples(...)`: the loss
+is on the assistant tokens only (each reply's text and its `<|im_end|>`). TRL's SFTTrainer gets
+the same conversations as a conversational dataset ("messages") with `assistant_only_loss=True`.
+That needs `{% generation %}` markers, which the stock SmolLM2 template lacks and TRL cannot
+patch in by itself (it raises "patching is not supported for this template"), so TRL gets the
+stock template with the markers added around each assistant message's content and
+`<|im_end|>` (`training_template`). The markers write no text: the parent checks that both
+templates render every conversation to the same string, and the TRL child checks that its
+tokenised dataset has the same token ids as ours and learns exactly the same positions; both
+counts are printed and recorded. TRL SFT's own defaults that would change the work are set
+like ours: no truncation (`max_length` above the longest example), fp32 (`bf16=False`), the
+same gradient-checkpointing setting. Same batch size, epochs, learning rate, warm-up ratio and
+constant schedule, AdamW, gradient clipping at 1.0. Ours groups examples of similar length into
+batches (its only data order); TRL keeps its default (random order, each batch padded to its
+longest).
+
+Each trainer runs in fresh subprocesses (`--child`) with `--threads` torch threads (default 2,
+the fastest for this model on a 2-core machine), so neither inherits the other's memory.
+Speed and memory come from separate runs, measured the same way for both:
+- tokens/s: the examples' tokens (every token of every sequence, padding excluded) times
+  epochs, divided by the CPU time of the whole training call, and by its wall time. Tokenising
+  is outside the call on both sides (ours renders before it, TRL in its constructor). Ours
+  always writes a resumable checkpoint (model, optimizer) at the end of the run; that is inside
+  its call, and its time is shown on its own line. TRL is run with `save_strategy="no"`.
+- peak memory: the growth of the process's peak RSS (`ru_maxrss`) over its RSS just before the
+  training call, in runs with MALLOC_MMAP_THRESHOLD_=65536 so that freed large buffers leave
+  RSS (see benchmarks/dpo_speed.py for why).
+
+With --repeats N every run is repeated N times (interleaved) and the best of each is kept.
+The last two lines are `speedup: N.NN` (ours / TRL tokens per CPU second) and
+`memory ratio: N.NN` (ours / TRL peak growth). Goal: speedup >= 1.3 at memory ratio <= 1.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from machine import describe
+
+RESULTS = Path(__file__).parent / "results" / "model_speed.md"
+# The stock per-message expression of SmolLM2's ChatML template, and the assistant branch
+# that replaces it for TRL: the same text, with the learned part inside generation markers.
+STOCK_MESSAGE = (
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+)
+MARKED_MESSAGE = (
+    "{% if message['role'] == 'assistant' %}{{ '<|im_start|>assistant\n' }}{% generation %}"
+    "{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\n' }}"
+    "{% else %}" + STOCK_MESSAGE + "{% endif %}"
+)
+
+
+def rss_mb() -> float:
+    """Current resident set size in MB (Linux /proc)."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KB
+
+
+def measure(train) -> dict:
+    """Wall time, CPU time and peak RSS growth of one training call."""
+    before = rss_mb()
+    wall, cpu = time.perf_counter(), time.process_time()
+    train()
+    return {
+        "wall": time.perf_counter() - wall,
+        "cpu": time.process_time() - cpu,
+        "peak_growth_mb": peak_rss_mb() - before,
+    }
+
+
+def training_template(template: str) -> str:
+    """The stock SmolLM2 template with `{% generation %}` markers around what the agent learns."""
+    if STOCK_MESSAGE not in template:
+        raise SystemExit(
+            "This model's chat template is not the SmolLM2 ChatML one this benchmark knows how to "
+            "mark for TRL's assistant_only_loss: extend training_template() for it."
+        )
+    return template.replace(STOCK_MESSAGE, MARKED_MESSAGE)
+
+
+def messages(trajectory) -> list[dict[str, str]]:
+    return [{"role": t.role, "content": t.text} for t in trajectory.turns]
+
+
+def load_inputs(work: Path) -> tuple:
+    """The tokenizer, a fresh copy of the model and the trajectories both trainers get."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from coevo.trajectory import Trajectory
+
+    model_dir = (work / "model_dir").read_text()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    lines = (work / "trajectories.jsonl").read_text().splitlines()
+    return tok, model, [Trajectory.from_json(line) for line in lines]
+
+
+def run_ours(work: Path, args: argparse.Namespace) -> dict:
+    from coevo.train import SftConfig, sft_examples, train_sft
+    from coevo.train.loop import RunDir
+
+    tok, model, trajectories = load_inputs(work)
+    examples = sft_examples(trajectories, tok, max_length=args.max_length)
+    out = work / f"ours-{os.getpid()}"
+    config = SftConfig(
+        output_dir=str(out),
+        lr=args.lr,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        warmup_ratio=0.1,
+        schedule="constant",
+        max_grad_norm=1.0,
+        mixed_precision="no",
+        gradient_checkpointing=args.checkpointing == "on",
+        save_every=10**9,
+        save_final_model=False,
+        progress=False,
+        resume=False,
+    )
+    # The loop always writes a checkpoint at its last step; time it to show it apart.
+    saving = {"cpu": 0.0, "wall": 0.0}
+    save = RunDir.save
+
+    def timed_save(self, step: int, epoch: int) -> None:
+        cpu, wall = time.process_time(), time.perf_counter()
+        save(self, step, epoch)
+        saving["cpu"] += time.process_time() - cpu
+        saving["wall"] += time.perf_counter() - wall
+
+    RunDir.save = timed_save
+    got = measure(lambda: train_sft(model, examples, config))
+    shutil.rmtree(out, ignore_errors=True)  # a 135M checkpoint is 1.6 GB
+    return {
+        **got,
+        "save_cpu": saving["cpu"],
+        "save_wall": saving["wall"],
+        "tokens": sum(len(e.input_ids) for e in examples),
+        "learned": sum(sum(e.action_mask[1:]) for e in examples),
+    }
+
+
+def run_trl(work: Path, args: argparse.Namespace) -> dict:
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from coevo.train import sft_examples
+
+    tok, model, trajectories = load_inputs(work)
+    ours = sft_examples(trajectories, tok, max_length=args.max_length)  # only to compare
+    tok.chat_template = training_template(tok.chat_template)
+    dataset = Dataset.from_list([{"messages": messages(t)} for t in trajectories])
+    config = SFTConfig(
+        output_dir=str(work / f"trl-{os.getpid()}"),
+        assistant_only_loss=True,
+        learning_rate=args.lr,
+        num_train_epochs=args.epochs,
+        per_device_train_batch_size=args.batch_size,
+        warmup_steps=0.1,  # a float below 1 is a ratio of the steps
+        lr_scheduler_type="constant_with_warmup",
+        max_grad_norm=1.0,
+        gradient_checkpointing=args.checkpointing == "on",
+        max_length=args.max_length,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=10**9,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tok)
+    rows = trainer.train_dataset
+    same = all(
+        list(row["input_ids"]) == list(e.input_ids)
+        and [int(label != -100) for label in row["labels"]] == list(e.action_mask)
+        for row, e in zip(rows, ours, strict=True)
+    )
+    got = measure(trainer.train)
+    return {
+        **got,
+        "tokens": sum(len(row["input_ids"]) for row in rows),
+        "learned": sum(sum(label != -100 for label in row["labels"][1:]) for row in rows),
+        "same_as_ours": same,
+    }
+
+
+def child(which: str, work: Path, args: argparse.Namespace, checkpointing: str, memory: bool):
+    cmd = [sys.executable, __file__, "--child", which, "--work", str(work)]
+    cmd += ["--checkpointing", checkpointing, "--threads", str(args.threads)]
+    cmd += ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size)]
+    cmd += ["--lr", str(args.lr), "--max-length", str(args.max_length)]
+    threads = str(args.threads)
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    if memory:
+        env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    if out.returncode != 0:
+        sys.stderr.write(out.stdout + out.stderr)
+        raise SystemExit(f"the {which} run failed (exit {out.returncode})")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def prepare(work: Path, args: argparse.Namespace) -> dict:
+    """Write the model's location and the trajectories for the children; describe them."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from coevo.envs import make
+    from coevo.envs.episode import expert_trajectory
+    from coevo.policy.models import get_model, packaged
+    from coevo.train import sft_examples
+
+    model_dir = get_model(args.model)
+    env = make("sql")
+    trajectories = [expert_trajectory(env, task) for task in env.tasks("train")[: args.examples]]
+    (work / "model_dir").write_text(str(model_dir))
+    (work / "trajectories.jsonl").write_text("\n".join(t.to_json() for t in trajectories) + "\n")
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    marked = training_template(tok.chat_template)
+    for t in trajectories:
+        stock = tok.apply_chat_template(messages(t), tokenize=False)
+        if tok.apply_chat_template(messages(t), tokenize=False, chat_template=marked) != stock:
+            raise SystemExit("the marked template renders a conversation differently: fix it")
+    full = sft_examples(trajectories, tok)
+    longest = max(len(e.input_ids) for e in full)
+    if longest > args.max_length:
+        raise SystemExit(
+            f"the longest example has {longest} tokens, more than --max-length "
+            f"{args.max_length}: raise it so that neither side cuts anything."
+        )
+    config = AutoConfig.from_pretrained(model_dir)
+    return {
+        "about": packaged(args.model).about,
+        "vocab": config.vocab_size,
+        "tokens": sum(len(e.input_ids) for e in full),
+        "learned": sum(sum(e.action_mask[1:]) for e in full),
+        "longest": longest,
+        "n": len(full),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m", help="a packaged pretrained model")
+    parser.add_argument("--examples", type=int, default=64, help="sql expert episodes")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--max-length", type=int, default=2048, help="must fit every example")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads per run")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--checkpointing",
+        choices=["on", "off", "both"],
+        default="off",
+        help="gradient checkpointing, set the same on both sides",
+    )
+    parser.add_argument("--no-record", action="store_true", help="do not write the results file")
+    parser.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        run = run_ours if args.child == "ours" else run_trl
+        print(json.dumps(run(args.work, args)))
+        return
+
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    modes = ["off", "on"] if args.checkpointing == "both" else [args.checkpointing]
+    with tempfile.TemporaryDirectory(prefix="model_speed_") as tmp:
+        work = Path(tmp)
+        with console.status(f"loading {args.model} and the sql expert episodes"):
+            info = prepare(work, args)
+        results: dict[tuple[str, str, str], list[dict]] = {}
+        for i in range(args.repeats):
+            for mode in modes:
+                for kind in ("speed", "memory"):
+                    for which in ("ours", "trl"):
+                        label = f"{which}, checkpointing {mode}, {kind} run {i + 1}"
+                        with console.status(f"training: {label}"):
+                            got = child(which, work, args, mode, memory=kind == "memory")
+                        results.setdefault((which, mode, kind), []).append(got)
+
+    trl = results[("trl", modes[0], "speed")][0]
+    ours = results[("ours", modes[0], "speed")][0]
+    same = "identical" if trl["same_as_ours"] else "DIFFERENT"
+    setup = (
+        f"{info['n']} sql expert episodes (first train tasks), {info['about']}, vocab "
+        f"{info['vocab']:,}; {args.epochs} epoch(s), batch {args.batch_size} sequences, "
+        f"lr {args.lr:g}, 10% warm-up then constant, AdamW, clip 1.0, fp32 CPU, "
+        f"{args.threads} torch threads per run; {info['tokens']:,} tokens per epoch (mean "
+        f"sequence {info['tokens'] / info['n']:.0f}, longest {info['longest']}); learned tokens "
+        f"per epoch: ours {ours['learned']:,}, TRL {trl['learned']:,} ({same} token ids and "
+        f"learned positions; TRL: assistant_only_loss=True with generation markers added to the "
+        f"stock template); best of {args.repeats}"
+    )
+    rows = [
+        "| trainer | gradient checkpointing | CPU s | wall s | tokens/s (CPU) | "
+        "tokens/s (wall) | peak RSS growth MB |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    notes, ratios = [], {}
+    for mode in modes:
+        best = {}
+        for which, label in (("ours", "coevo train_sft"), ("trl", "TRL SFTTrainer")):
+            speed = results[(which, mode, "speed")]
+            memory = results[(which, mode, "memory")]
+            tokens = speed[0]["tokens"] * args.epochs
+            b = best[which] = {
+                "cpu": min(r["cpu"] for r in speed),
+                "wall": min(r["wall"] for r in speed),
+                "mb": min(r["peak_growth_mb"] for r in memory),
+                "tokens": tokens,
+            }
+            rows.append(
+                f"| {label} | {mode} | {b['cpu']:.1f} | {b['wall']:.1f} | "
+                f"{tokens / b['cpu']:,.0f} | {tokens / b['wall']:,.0f} | {b['mb']:.0f} |"
+            )
+            if which == "ours":
+                save_cpu = min(r["save_cpu"] for r in speed)
+                save_wall = min(r["save_wall"] for r in speed)
+                notes.append(
+                    f"checkpointing {mode}: of ours' time, the final checkpoint took "
+                    f"{save_cpu:.1f} s CPU, {save_wall:.1f} s wall"
+                )
+        ratios[mode] = (
+            (best["ours"]["tokens"] / best["ours"]["cpu"])
+            / (best["trl"]["tokens"] / best["trl"]["cpu"]),
+            best["ours"]["mb"] / best["trl"]["mb"],
+        )
+    print(setup)
+    print(describe())
+    print("\n".join(rows))
+    print("\n".join(notes))
+    for mode in modes[:-1]:
+        print(
+            f"checkpointing {mode}: speedup {ratios[mode][0]:.2f}, memory ratio {ratios[mode][1]:.2f}"
+        )
+    speedup, memory_ratio = ratios[modes[-1]]
+    if not args.no_record:
+        record(setup, rows, notes, ratios)
+    print(f"speedup: {speedup:.2f}")
+    print(f"memory ratio: {memory_ratio:.2f}")
+
+
+def record(setup: str, rows: list[str], notes: list[str], ratios: dict) -> None:
+    """Append this run's figures to the results file (earlier runs are kept)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    last_speedup, last_memory = ratios[list(ratios)[-1]]
+    block = [
+        f"### {stamp}",
+        "",
+        f"- setup: {setup}",
+        f"- machine: {describe()}",
+        "",
+        *rows,
+        "",
+        *(f"- {note}" for note in notes),
+        *(
+            f"- checkpointing {mode}: speedup {r[0]:.2f} (goal >= 1.3), memory ratio {r[1]:.2f} "
+            "(goal <= 1.0)"
+            for mode, r in ratios.items()
+        ),
+        "",
+        f"speedup: {last_speedup:.2f}",
+        f"memory ratio: {last_memory:.2f}",
+        "",
+    ]
+    header = (
+        "# Pretrained-model SFT speed: coevo vs TRL\n\n"
+        "`python benchmarks/model_speed.py`: SFT tokens/s of `coevo.train.train_sft` and TRL's "
+        "`SFTTrainer` on SmolLM2-135M-Instruct and the same sql expert episodes, loss on the same "
+        "(assistant) tokens, in fresh subprocesses (see the script's docstring for the set-up). "
+        "Goal: ours >= 1.3x TRL's tokens/s at <= its peak memory.\n\n## Runs\n"
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    text = RESULTS.read_text() if RESULTS.exists() else header
+    RESULTS.write_text(text.rstrip("\n") + "\n\n" + "\n".join(block))
+
+
+if __name__ == "__main__":
+    main()
