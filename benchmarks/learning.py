@@ -62,8 +62,12 @@ def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
                 run_dir = args.out / env / f"{method}-s{seed}"
                 if method != "sft":
                     overrides.append(f"init_from={sft_dir}")
-                config = load(RunConfig, ROOT / "configs" / env / f"{method}.yaml", overrides)
-                execute(config, run_dir)
+                if args.report_only:
+                    if not (run_dir / "config.yaml").is_file():
+                        continue  # not started yet
+                else:
+                    config = load(RunConfig, ROOT / "configs" / env / f"{method}.yaml", overrides)
+                    execute(config, run_dir)
                 minutes = stage_minutes(run_dir, shared=method != "sft")
                 total = sum(minutes.values())
                 kinds = " | ".join(f"{minutes.get(k, 0.0):.1f}" for k in STAGE_KINDS)
@@ -95,8 +99,14 @@ def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]
             f"commit {commit()}.",
             f"Grid: envs {' '.join(args.envs)}; methods {' '.join(args.methods)}; seeds "
             f"{' '.join(map(str, args.seeds))}; overrides {' '.join(args.overrides) or '(none)'}.",
-            "Recipes: configs/<env>/<method>.yaml. Scores are the last iteration's greedy "
-            "evaluation, x100.",
+            "Recipes: configs/<env>/<method>.yaml. Scores are the last finished iteration's "
+            "greedy evaluation, x100"
+            + (
+                " (tabulated with --report-only: runs as far as they got; the per-iteration "
+                "table shows where each stopped)."
+                if args.report_only
+                else "."
+            ),
             "",
             to_markdown(compare(dirs)),
             "### Wall time per run and stage kind (minutes, from the stage manifests; RFT, "
@@ -122,6 +132,11 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "learning")
     parser.add_argument("--no-write", action="store_true", help="Print only.")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="Run nothing: tabulate the runs of the grid as far as they got (finished stages).",
+    )
     parser.add_argument("overrides", nargs="*", help="Recipe overrides for every run (key=value).")
     args = parser.parse_args()
     if "sft" not in args.methods:
