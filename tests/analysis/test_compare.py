@@ -72,3 +72,12 @@ def test_reward_and_behaviour_per_iteration(tmp_path):
     assert "| eto | shop test_seen | 0.0 | 40.0 | 50.0 |" in md
     # Only iteration 1 recorded behaviour; rates are shown as % of steps.
     assert "| eto | shop test_seen | 1 | 25.0 | 10.0 | 3.50 |" in md
+
+
+def test_a_damaged_manifest_counts_as_an_unfinished_stage(tmp_path):
+    run = fake_run(tmp_path, "a", "eto", 0, 0.50, 0.30)
+    d = run / "stages" / "eval-3"
+    d.mkdir()
+    d.joinpath("manifest.json").write_text('{"outputs": {"kind": "ev')
+    summary = read_run(run)
+    assert summary.final_iteration == 2 and summary.final_eval["test_seen"]["reward"] == 0.5

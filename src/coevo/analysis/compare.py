@@ -56,7 +56,10 @@ def read_run(run_dir: str | Path) -> RunSummary:
     )
     manifests = sorted((run_dir / "stages").glob("*/manifest.json"))
     for path in manifests:
-        outputs: dict[str, Any] = json.loads(path.read_text()).get("outputs", {})
+        try:
+            outputs: dict[str, Any] = json.loads(path.read_text()).get("outputs", {})
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue  # a damaged manifest is an unfinished stage (the run reruns it)
         if outputs.get("kind") == "eval":
             summary.evals[outputs["iteration"]] = outputs["splits"]
             if outputs["iteration"] >= summary.final_iteration:
