@@ -46,7 +46,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -55,32 +54,10 @@ import time
 from pathlib import Path
 
 from machine import describe
+from measure import measure
 
 RESULTS = Path(__file__).parent / "results" / "dpo_speed.md"
 ITEM = re.compile(r"\[(B0[A-Z0-9]{8})\]")
-
-
-def rss_mb() -> float:
-    """Current resident set size in MB (Linux /proc)."""
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KB
-
-
-def measure(train) -> dict:
-    """Wall time, CPU time and peak RSS growth of one training call."""
-    before = rss_mb()
-    wall, cpu = time.perf_counter(), time.process_time()
-    train()
-    return {
-        "wall": time.perf_counter() - wall,
-        "cpu": time.process_time() - cpu,
-        "peak_growth_mb": peak_rss_mb() - before,
-    }
 
 
 def make_pairs(n: int):

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -52,6 +51,7 @@ import time
 from pathlib import Path
 
 from machine import describe
+from measure import measure
 
 RESULTS = Path(__file__).parent / "results" / "model_speed.md"
 # The stock per-message expression of SmolLM2's ChatML template, and the assistant branch
@@ -64,29 +64,6 @@ MARKED_MESSAGE = (
     "{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\n' }}"
     "{% else %}" + STOCK_MESSAGE + "{% endif %}"
 )
-
-
-def rss_mb() -> float:
-    """Current resident set size in MB (Linux /proc)."""
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KB
-
-
-def measure(train) -> dict:
-    """Wall time, CPU time and peak RSS growth of one training call."""
-    before = rss_mb()
-    wall, cpu = time.perf_counter(), time.process_time()
-    train()
-    return {
-        "wall": time.perf_counter() - wall,
-        "cpu": time.process_time() - cpu,
-        "peak_growth_mb": peak_rss_mb() - before,
-    }
 
 
 def training_template(template: str) -> str:
