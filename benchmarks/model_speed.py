@@ -44,14 +44,12 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from machine import describe
-from measure import measure
+from measure import measure, run_child
 
 RESULTS = Path(__file__).parent / "results" / "model_speed.md"
 # The stock per-message expression of SmolLM2's ChatML template, and the assistant branch
@@ -185,19 +183,10 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
 
 
 def child(which: str, work: Path, args: argparse.Namespace, checkpointing: str, memory: bool):
-    cmd = [sys.executable, __file__, "--child", which, "--work", str(work)]
-    cmd += ["--checkpointing", checkpointing, "--threads", str(args.threads)]
-    cmd += ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size)]
-    cmd += ["--lr", str(args.lr), "--max-length", str(args.max_length)]
-    threads = str(args.threads)
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    if memory:
-        env["MALLOC_MMAP_THRESHOLD_"] = "65536"
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-    if out.returncode != 0:
-        sys.stderr.write(out.stdout + out.stderr)
-        raise SystemExit(f"the {which} run failed (exit {out.returncode})")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    extra = ["--work", str(work), "--checkpointing", checkpointing]
+    extra += ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size)]
+    extra += ["--lr", str(args.lr), "--max-length", str(args.max_length)]
+    return run_child(__file__, which, extra, args.threads, memory)
 
 
 def prepare(work: Path, args: argparse.Namespace) -> dict:
