@@ -250,7 +250,7 @@ def main() -> None:
         with console.status(f"preparing the {args.model} model and the shop pairs"):
             from transformers import AutoTokenizer
 
-            from coevo.policy.render import render
+            from coevo.render import render
 
             env, pairs = make_pairs(args.pairs)
             if pretrained:

@@ -42,7 +42,7 @@ from coevo.envs.episode import observation_message, opening_message
 from coevo.policy.base import Sampling
 from coevo.policy.hf import HFPolicy
 from coevo.policy.models import PRETRAINED, get_model
-from coevo.policy.render import render_prompt
+from coevo.render import render_prompt
 from coevo.rollout import EnvPool, episode_seed, rollout, step_seed
 from coevo.trajectory import Turn
 

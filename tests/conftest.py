@@ -54,7 +54,7 @@ def toy_agent_dir(nano_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from coevo.envs.episode import expert_trajectory
-    from coevo.policy.render import render
+    from coevo.render import render
     from tests.toy_env import ToyEnv
 
     tokenizer = AutoTokenizer.from_pretrained(nano_model_dir)

@@ -170,7 +170,7 @@ def test_kept_caches_give_the_same_episodes_as_full_prompts(nano_model_dir):
 
 def test_session_reuses_the_cached_prefix(nano_model_dir):
     from coevo.policy.hf import HFPolicy
-    from coevo.policy.render import render_prompt
+    from coevo.render import render_prompt
     from coevo.trajectory import Turn
 
     policy = HFPolicy(nano_model_dir, dtype="float64")
@@ -191,7 +191,7 @@ def test_session_reuses_the_cached_prefix(nano_model_dir):
 
 def test_sessions_survive_rows_leaving_the_batch(nano_model_dir):
     from coevo.policy.hf import HFPolicy
-    from coevo.policy.render import render_prompt
+    from coevo.render import render_prompt
     from coevo.trajectory import Turn
 
     policy = HFPolicy(nano_model_dir, dtype="float64")

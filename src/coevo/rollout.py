@@ -27,7 +27,7 @@ from coevo.envs.base import Env, StepResult
 from coevo.envs.episode import observation_message, opening_message
 from coevo.envs.react import parse
 from coevo.policy.base import Policy, Sampling
-from coevo.policy.render import ContextTooLongError, Conversation
+from coevo.render import ContextTooLongError, Conversation
 from coevo.trajectory import Task, Trajectory, Turn
 
 

@@ -63,8 +63,8 @@ def test_a_fitting_recipe_passes(tmp_path):
 def test_a_checkpoint_counts_exactly_and_the_local_bound_never_overcounts(tmp_path):
     from transformers import AutoTokenizer
 
-    from coevo.policy.render import render_prompt
     from coevo.policy.tiny import init_model
+    from coevo.render import render_prompt
     from coevo.trajectory import Turn
 
     env = make("tests.toy_env:ToyEnv")

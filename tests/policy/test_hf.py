@@ -9,7 +9,7 @@ import torch
 
 from coevo.policy.base import Policy, PolicyError, Sampling
 from coevo.policy.hf import HFPolicy
-from coevo.policy.render import render_prompt
+from coevo.render import render_prompt
 from coevo.trajectory import Turn
 from tests.toy_env import ToyEnv
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from coevo.policy import models
 from coevo.policy.models import ModelError, Packaged, convert_gguf, get_model, gguf_path
-from coevo.policy.render import render, render_prompt
+from coevo.render import render, render_prompt
 from coevo.trajectory import Task, Trajectory, Turn
 
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2 as in SmolLM2

@@ -7,8 +7,8 @@ import torch
 from typer.testing import CliRunner
 
 from coevo.cli import app
-from coevo.policy.render import render_prompt
 from coevo.policy.tiny import CHAT_TEMPLATE, SIZES, build_model
+from coevo.render import render_prompt
 from coevo.trajectory import Turn
 
 

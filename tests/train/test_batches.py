@@ -60,7 +60,7 @@ def test_builders_render_trajectories_and_pairs(nano_model_dir):
 
     from coevo.envs.episode import expert_trajectory, replay
     from coevo.envs.react import format_reply
-    from coevo.policy.render import render
+    from coevo.render import render
     from coevo.trajectory import Pair
     from tests.toy_env import ToyEnv
 

@@ -100,7 +100,7 @@ def prompt_counter(model_dir: Path | None) -> tuple[Any, bool]:
     if model_dir is not None:
         from transformers import AutoTokenizer
 
-        from coevo.policy.render import render_prompt
+        from coevo.render import render_prompt
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         return (lambda text: len(render_prompt([Turn("user", text)], tokenizer))), True

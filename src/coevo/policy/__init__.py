@@ -1,23 +1,6 @@
-"""How an agent acts: chat rendering, Hugging Face policies and locally made tiny models.
+"""How an agent acts: the Policy contract, Hugging Face and server policies, model sources.
 
-`render` is imported here (it needs no torch); `coevo.policy.hf` and `coevo.policy.tiny` load
-torch and transformers, so import them where they are used.
+`coevo.policy.base` needs no torch; `coevo.policy.hf` and `coevo.policy.tiny` load torch and
+transformers, so import them where they are used. Chat rendering is `coevo.render`, beside the
+Trajectory it renders, so trainers need nothing from this package.
 """
-
-from coevo.policy.render import (
-    ContextTooLongError,
-    Conversation,
-    Rendered,
-    RenderError,
-    render,
-    render_prompt,
-)
-
-__all__ = [
-    "ContextTooLongError",
-    "Conversation",
-    "RenderError",
-    "Rendered",
-    "render",
-    "render_prompt",
-]

@@ -1,6 +1,6 @@
 """The Policy contract: sampling settings in, completions out, over a batch of prompts.
 
-Prompts are token-id lists made by `coevo.policy.render` (`render_prompt` or an incremental
+Prompts are token-id lists made by `coevo.render` (`render_prompt` or an incremental
 `Conversation`) with the policy's own `tokenizer`. Ids rather than turns because the rollout
 loop keeps each conversation tokenised and only appends the new pieces, and because the text a
 model is trained on must be exactly the text it generates from; an OpenAI-compatible server

@@ -18,8 +18,8 @@ import torch
 
 from coevo.policy.base import Completion, PolicyError, Sampling, cut_at_stop
 from coevo.policy.cache import Session, common_prefix, new_cache
-from coevo.policy.render import RenderError, check_chat_template, end_of_turn_ids
 from coevo.policy.sample import choose
+from coevo.render import RenderError, check_chat_template, end_of_turn_ids
 
 DTYPES = {
     "float32": torch.float32,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from coevo.policy.base import Completion, PolicyError, Sampling, cut_at_stop
-from coevo.policy.render import RenderError, check_chat_template
+from coevo.render import RenderError, check_chat_template
 
 
 class ServerPolicy:

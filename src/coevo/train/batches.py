@@ -1,6 +1,6 @@
 """Training examples as tensors: SFT and DPO examples, length-bucketed batches, padding.
 
-Examples are rendered sequences (`input_ids` + `action_mask`, as `coevo.policy.render` makes
+Examples are rendered sequences (`input_ids` + `action_mask`, as `coevo.render` makes
 them); nothing here needs a tokenizer except the two builders at the bottom.
 """
 
@@ -56,7 +56,7 @@ def check_seq(seq: TokenSeq, what: str) -> int:
     if len(seq.input_ids) != len(seq.action_mask):
         raise ValueError(
             f"{what}: input_ids ({len(seq.input_ids)}) and action_mask ({len(seq.action_mask)}) "
-            "differ in length; render it again with coevo.policy.render."
+            "differ in length; render it again with coevo.render."
         )
     # Position 0 is never predicted (nothing comes before it), so it cannot count.
     n = sum(1 for m in seq.action_mask[1:] if m)
@@ -162,7 +162,7 @@ def sft_examples(
     trajectories: Iterable[Trajectory], tokenizer: Any, *, max_length: int | None = None
 ) -> list[TokenSeq]:
     """Render trajectories for SFT; a trajectory left with no agent tokens is an error, not a skip."""
-    from coevo.policy.render import render
+    from coevo.render import render
 
     out = []
     for t in trajectories:
@@ -183,7 +183,7 @@ def lm_examples(
     observations. Measured on nano shop models it lowers the SFT loss and fixes the reply
     format, but does not yet make them copy product ids (benchmarks/results/learning.md).
     """
-    from coevo.policy.render import render
+    from coevo.render import render
 
     out = []
     for t in trajectories:
@@ -198,7 +198,7 @@ def dpo_examples(
     pairs: Iterable[Pair], tokenizer: Any, *, max_length: int | None = None
 ) -> list[DpoExample]:
     """Render pairs for DPO, carrying each pair's weight and SFT weight."""
-    from coevo.policy.render import render
+    from coevo.render import render
 
     out = []
     for p in pairs:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coevo.policy.render import (
+from coevo.policy.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, train_tokenizer
+from coevo.render import (
     ContextTooLongError,
     Conversation,
     RenderError,
@@ -12,7 +13,6 @@ from coevo.policy.render import (
     render,
     render_prompt,
 )
-from coevo.policy.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, train_tokenizer
 from coevo.trajectory import Task, Trajectory, Turn
 
 # Written here in the style of the families' public templates (no downloads).
