@@ -196,3 +196,22 @@ def test_missing_files_are_clear_errors(tmp_path):
         ShopEnv(data=str(tmp_path), cache_dir=tmp_path)
     with pytest.raises(EnvError, match="does not exist"):
         ShopEnv(data=str(tmp_path / "nowhere"), cache_dir=tmp_path)
+
+
+def test_synthetic_goals_keep_their_options_as_a_mapping(tmp_path):
+    """Without human instructions, goals come from the synthetic ones, options as WebShop keeps
+    them: a mapping, matched as (name, value) pairs."""
+    folder = write_sample(tmp_path)
+    (folder / "items_human_ins.json").unlink()
+    attrs_file = folder / "items_ins_v2_1000.json"
+    attrs = json.loads(attrs_file.read_text())
+    for entry in attrs.values():
+        entry["instruction_attributes"] = entry["attributes"][:1]
+    attrs_file.write_text(json.dumps(attrs))
+    products, goals = load_webshop(folder, seed=0)
+    with_options = [g for g in goals if g["goal_options"]]
+    assert with_options and all(isinstance(g["goal_options"], dict) for g in with_options)
+    first = with_options[0]
+    assert set(first["goal_options"]) == {"color", "size"}
+    assert first["goal_options"] == first["option_groups"]
+    assert first["instruction"].startswith(f"i want a {first['query']} with color: ")

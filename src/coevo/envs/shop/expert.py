@@ -6,32 +6,39 @@ scores 1.0 by construction, and it only uses what an agent can see (search resul
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coevo.envs.base import EnvError
 from coevo.envs.react import format_reply
 from coevo.envs.shop.catalog import Catalog, Product
 from coevo.envs.shop.pages import BUY, NEXT, RESULTS_PER_PAGE
-from coevo.envs.shop.reward import fuzzy_match, normalize_color, score
+from coevo.envs.shop.reward import fuzzy_match, goal_option_items, normalize_color, score
 from coevo.trajectory import Task, Turn
 
 
-def pick_options(product: Product, goal_options: list[str]) -> dict[str, str]:
+def pick_options(
+    product: Product, goal_options: Mapping[str, str] | Sequence[str]
+) -> dict[str, str]:
     """The option choices (group -> value) that satisfy the goal options, one value per group:
-    an exact value first, else a fuzzy match as the reward reads it."""
+    an exact value first (in the named group, for a mapping), else a fuzzy match as the reward
+    reads it."""
     chosen: dict[str, str] = {}
-    for wanted in goal_options:
-        exact = [(g, v) for g, vs in product.options for v in vs if v == wanted]
+    for wanted in goal_option_items(goal_options):
+        name, value = ("", wanted) if isinstance(wanted, str) else wanted
+        exact = sorted(
+            ((g, v) for g, vs in product.options for v in vs if v == value),
+            key=lambda gv: gv[0] != name,
+        )
         fuzzy = [
             (g, v)
             for g, vs in product.options
             for v in vs
             if fuzzy_match(normalize_color(v), normalize_color(wanted))
         ]
-        for group, value in exact or fuzzy:
+        for group, picked in exact or fuzzy:
             if group not in chosen:
-                chosen[group] = value
+                chosen[group] = picked
                 break
     return chosen
 
@@ -49,7 +56,7 @@ def find_purchase(
         results = catalog.search(query)
         for position, pid in enumerate(results):
             product = catalog.product(pid)
-            chosen = pick_options(product, list(goal["goal_options"]))
+            chosen = pick_options(product, goal["goal_options"])
             if math.isclose(score(product, goal, chosen).reward, 1.0):
                 return query, results, position, chosen
     return None

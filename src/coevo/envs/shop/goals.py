@@ -2,7 +2,9 @@
 
 A goal is a JSON dict (it becomes a Task's `data`): the target's `asin`, `name` (its title),
 `query` (its type), `category`, `product_category`, the goal `attributes`, `goal_options` (a
-list of option values), `option_groups` (group -> value, when known) and `price_upper`.
+list of option values, as WebShop's human goals have; the loader's synthetic goals have a
+mapping name -> value, as WebShop's do), `option_groups` (group -> value, when known) and
+`price_upper`. Generated goals list their values, as the human goals the papers evaluate on.
 
 Price rule (WebShop's): take the multiples of ten above the product's price, keep the first
 four; with at least two of them, sample two and use the larger as the upper bound and append
@@ -99,7 +101,7 @@ def make_goal(product: Product, rng: random.Random) -> dict[str, Any]:
 def goal_data(
     product: Product,
     attributes: list[str],
-    options: list[str],
+    options: list[str] | dict[str, str],
     groups: dict[str, str],
     upper: float,
     instruction: str,

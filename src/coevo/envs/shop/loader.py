@@ -11,7 +11,8 @@ Layout read (DIR or DIR/data):
   WebShop's synthetic instructions).
 - `items_human_ins.json`: {asin: [{"instruction", "instruction_attributes",
   "instruction_options"}, ...]}, the human instructions: the goals. Without it, goals are made
-  from the synthetic instructions with one seeded option combination each.
+  from the synthetic instructions with one seeded option combination each, their options a
+  mapping (name -> value) as in WebShop, which the reward matches as (name, value) pairs.
 - `reviews.json` (optional): [{"asin", "reviews": [{"score", "title", "body"}],
   "average_rating"}].
 
@@ -156,7 +157,8 @@ def _goal(product: Product, ins: dict[str, Any], rng: random.Random) -> dict[str
     groups = (
         {str(k): str(v) for k, v in raw_options.items()} if isinstance(raw_options, dict) else {}
     )
-    options = list(groups.values()) if groups else [str(o) for o in raw_options]
+    # WebShop keeps a synthetic goal's options as a mapping, matched as (name, value) pairs.
+    options = groups if groups else [str(o) for o in raw_options]
     upper = ins.get("price_upper")
     upper = float(upper) if upper is not None else price_upper(product.price, rng)
     instruction = str(ins.get("instruction") or "").strip().strip(".") + price_text(upper)

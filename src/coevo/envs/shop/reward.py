@@ -7,17 +7,21 @@
 - attribute matched: some product attribute has token-set ratio > 85 with it, or the attribute
   text occurs in the lower-cased title, bullet points or description.
 - option matched: some purchased option value has token-set ratio > 85 with it, both sides first
-  mapped to a canonical colour word when they contain one.
+  mapped to a canonical colour word when they contain one. Goal options come as WebShop gives
+  them: a list of values (human goals) or a mapping name -> value (synthetic goals), whose
+  (name, value) pairs are matched whole, so the option name takes part in the fuzzy match.
 - type_score: 1.0; 0.5 unless the query fields are equal, the category paths share >= 2
   segments or title_score > 0.2; then 0.1 if title_score < 0.1; 0.0 if title_score == 0.
   title_score = |set(goal name nouns) & set(product name nouns)| / len(goal name nouns), or 0.2
   when the goal name has no nouns.
 
-Fuzzy ratios use rapidfuzz with the same pre-processing as WebShop's `thefuzz` (lower case,
-non-alphanumerics to spaces). WebShop tags nouns with spaCy's `en_core_web_lg`, which cannot be
-downloaded here. The substitute, `nouns()`: every alphabetic word of two or more letters that is
-not a function word, a number word or one of a short list of frequent product adjectives. Product names are written in title case, where spaCy tags most words as (proper)
-nouns, so this keeps close to what spaCy returns on WebShop's titles.
+Fuzzy ratios are thefuzz's (WebShop's library) computed with rapidfuzz: the text of each side
+(`str()`, so a pair reads "('size', 'large')") loses the characters U+0080-U+00FF, then
+rapidfuzz's `default_process` (lower case, non-alphanumerics to spaces), and the ratio is
+rounded to an integer before the `> 85` test. WebShop tags nouns with spaCy's
+`en_core_web_lg`, which no package registry ships. The substitute, `nouns()`: every alphabetic
+word of two or more letters that is not a function word, a number word or one of a short list
+of frequent product adjectives; the README gives its measured distance from spaCy.
 """
 
 from __future__ import annotations
@@ -36,17 +40,18 @@ from coevo.envs.shop.catalog import Product
 FUZZY_THRESHOLD = 85
 """A fuzzy match needs a token-set ratio strictly above this."""
 
-# Canonical colour words, alphabetical: a value containing one (as a substring) is read as the
-# first one found, so "navy blue" reads as "blue" and "rose gold" as "gold", as in WebShop.
+# WebShop's canonical colour words, in its (alphabetical) order: a value containing one (as a
+# substring) is read as the first one found, so "navy blue" reads as "blue" and "rose gold" as
+# "gold", as in WebShop.
 _COLOR_TEXT = """
-    alabaster apricot aqua ash asphalt azure banana beige berry black blue blush bordeaux
-    bronze brown burgundy camel camo caramel champagne charcoal cheetah chestnut chocolate
-    christmas coffee cognac copper coral cranberry cream crystal dark denim eggplant elephant
-    espresso fuchsia gold granite grape graphite grass gray green grey heather indigo ivory ivy
-    khaki lavender lemon leopard light lilac lime magenta maroon mauve merlot midnight mint mocha
-    multicolor mushroom mustard natural navy nude olive orange peach pewter pink plum purple
-    rainbow red rose royal rust sand sapphire shadow silver skin slate steel tan teal thistle
-    turquoise violet walnut wheat white wine yellow"""
+    alabaster apricot aqua ash asphalt azure banana beige black blue blush bordeaux bronze brown
+    burgundy camel camo caramel champagne charcoal cheetah chestnut chocolate christmas coffee
+    cognac copper coral cranberry cream crystal dark denim eggplant elephant espresso fuchsia
+    gold granite grape graphite grass gray green grey heather indigo ivory ivy khaki lavender
+    lemon leopard light lilac lime magenta maroon mauve merlot midnight mint mocha multicolor
+    mushroom mustard natural navy nude olive orange peach pewter pink plum purple rainbow red
+    rose royal rust sand sapphire seashell silver skull slate steel stone stonewash sunflower
+    tan taupe teal tiger turquoise violet walnut wheat white wine yellow"""
 COLORS: tuple[str, ...] = tuple(_COLOR_TEXT.split())
 
 _FUNCTION_TEXT = """
@@ -76,18 +81,38 @@ def nouns(name: str) -> tuple[str, ...]:
     return tuple(w for w in _WORD.findall(name.lower()) if len(w) >= 2 and w not in _NOT_NOUNS)
 
 
+GoalOption = str | tuple[str, str]
+"""A goal option: a value, or a (name, value) pair when the goal gives its options as a mapping."""
+
+
 @lru_cache(maxsize=65_536)
-def normalize_color(value: str) -> str:
-    """The first canonical colour word contained in `value`, else `value` unchanged."""
+def normalize_color(value: GoalOption) -> GoalOption:
+    """The first canonical colour contained in `value`, else `value` unchanged.
+
+    As in WebShop, "contained" is `in`: a substring of a value, but an *element* of a pair, so
+    ("color", "navy") reads as "navy" while ("color", "navy blue") stays a pair.
+    """
     for color in COLORS:
         if color in value:
             return color
     return value
 
 
-def fuzzy_match(a: str, b: str) -> bool:
-    """WebShop's fuzzy test: token-set ratio above 85 after thefuzz-style pre-processing."""
-    return fuzz.token_set_ratio(a, b, processor=default_process) > FUZZY_THRESHOLD
+# thefuzz's `force_ascii` removes exactly these code points (Latin-1's upper half), not all of
+# non-ASCII: "crème" becomes "crme", while a CJK character stays.
+_LATIN1_UPPER = dict.fromkeys(range(128, 256))
+
+
+def fuzzy_ratio(a: GoalOption, b: GoalOption) -> int:
+    """thefuzz's `token_set_ratio(a, b)`: its pre-processing, then rounded to an integer."""
+    processed = [default_process(str(x).translate(_LATIN1_UPPER)) for x in (a, b)]
+    # Python's round, as thefuzz's int(round(...)): 85.185 -> 85, which is not > 85.
+    return round(fuzz.token_set_ratio(*processed))
+
+
+def fuzzy_match(a: GoalOption, b: GoalOption) -> bool:
+    """WebShop's fuzzy test: thefuzz's token-set ratio above 85."""
+    return fuzzy_ratio(a, b) > FUZZY_THRESHOLD
 
 
 def type_score(product: Product, goal: Mapping[str, Any]) -> tuple[float, bool, bool, float]:
@@ -122,10 +147,17 @@ def attribute_matched(product: Product, attribute: str) -> bool:
     )
 
 
-def option_matched(purchased: Sequence[str], goal_option: str) -> bool:
+def option_matched(purchased: Sequence[str], goal_option: GoalOption) -> bool:
     """Whether some purchased option value matches a goal option (colours canonicalised)."""
     wanted = normalize_color(goal_option)
     return any(fuzzy_match(normalize_color(v), wanted) for v in purchased)
+
+
+def goal_option_items(goal_options: Mapping[str, str] | Sequence[str]) -> list[GoalOption]:
+    """The goal options as WebShop matches them: a list's values, a mapping's (name, value)s."""
+    if isinstance(goal_options, Mapping):
+        return [(str(k), str(v)) for k, v in goal_options.items()]
+    return [str(o) for o in goal_options]
 
 
 @dataclass(frozen=True)
@@ -140,7 +172,7 @@ class RewardBreakdown:
     attributes: tuple[tuple[str, bool], ...]
     """(goal attribute, matched) in goal order."""
     options: tuple[tuple[str, bool], ...]
-    """(goal option, matched) in goal order."""
+    """(goal option, matched) in goal order; a (name, value) option reads "name: value"."""
     price: float
     price_upper: float
     price_ok: bool
@@ -164,12 +196,16 @@ def score(product: Product, goal: Mapping[str, Any], chosen: Mapping[str, str]) 
     """The reward of buying `product` with options `chosen` (group -> value) for `goal`.
 
     `goal` holds `query`, `product_category`, `name` (the target's title), `attributes`,
-    `goal_options` (a list of values) and `price_upper`, as a shop Task's `data` does.
+    `goal_options` (a list of values, or a mapping name -> value as WebShop's synthetic goals
+    have) and `price_upper`, as a shop Task's `data` does.
     """
     r_type, query_match, category_match, title_score = type_score(product, goal)
     attributes = tuple((a, attribute_matched(product, a)) for a in goal["attributes"])
     purchased = list(chosen.values())
-    options = tuple((o, option_matched(purchased, o)) for o in goal["goal_options"])
+    options = tuple(
+        (o if isinstance(o, str) else f"{o[0]}: {o[1]}", option_matched(purchased, o))
+        for o in goal_option_items(goal["goal_options"])
+    )
     price_upper = float(goal["price_upper"])
     price_ok = product.price <= price_upper
     hits = sum(m for _, m in attributes) + sum(m for _, m in options) + int(price_ok)
