@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from coevo.envs.sql.reward import GoldRows, kendall_tau_b, score
+from coevo.envs.sql.reward import GoldRows, kendall_tau_b, round_cents, score
 
 
 def rows(*values) -> list[tuple]:
@@ -64,11 +64,46 @@ def test_iou_and_order_combine():
     assert s.reward == 0.25
 
 
-def test_single_common_row_has_no_ordering():
-    # Intersection 1 of union 3; tau of one pair is undefined, so IoU alone: 0.33.
+def test_single_common_row_has_no_ordering_and_no_rounding():
+    # Intersection 1 of union 3; tau of one row is undefined, so IoU alone, and InterCode
+    # rounds only the tau-scaled score: 1/3, not 0.33.
     s = score(rows(1, 9), GoldRows.of(rows(1, 2)))
     assert s.order is None
-    assert s.reward == 0.33
+    assert s.reward == 1 / 3
+
+
+def test_intercode_case_one_common_row_is_a_third():
+    # InterCode: predicted [(1,)] vs gold [(1,), (2,), (3,)] scores 0.3333...
+    s = score([(1,)], GoldRows.of([(1,), (2,), (3,)]))
+    assert s.order is None and s.reward == 1 / 3
+
+
+def test_all_common_rows_equal_has_no_ordering_and_no_rounding():
+    # Common rows (1,), (1,): every pair tied on both sides, tau undefined; IoU 2/3 as is.
+    s = score(rows(1, 1), GoldRows.of(rows(1, 1, 2)))
+    assert s.order is None and s.reward == 2 / 3
+
+
+def test_intercode_case_scipys_last_bit_rounds_down():
+    # Common rows (2,), (None,), (2,) on both sides, IoU 3/8. scipy's tau: 2 / sqrt(2) /
+    # sqrt(2) = 0.9999999999999999, times 0.375 = 0.37499999999999994: InterCode 0.37.
+    predicted = [(2,), (None,), (2,)]
+    gold = [(2,), (None,), (2,), (2,), (2,), (2,), (None,), (2,)]
+    s = score(predicted, GoldRows.of(gold))
+    assert s.iou == 0.375 and s.order == 0.9999999999999999
+    assert s.reward == 0.37
+    assert round_cents(0.375) == 0.38  # an exact 1 would have rounded up
+
+
+def test_round_cents_is_numpys_rounding_of_a_float64():
+    # 0.025 is stored a hair above 1/40, so Python's round(0.025, 2) gives 0.03; numpy rounds
+    # 0.025 * 100 = 2.5 to the even 2: 0.02. Likewise 0.075 -> 0.08 (Python: 0.07).
+    assert (round_cents(0.025), round(0.025, 2)) == (0.02, 0.03)
+    assert (round_cents(0.075), round(0.075, 2)) == (0.08, 0.07)
+    np = pytest.importorskip("numpy")
+    for a in range(0, 120):
+        for b in range(max(a, 1), 120):
+            assert round_cents(a / b) == round(np.float64(a / b), 2)
 
 
 def test_both_empty_score_one_and_one_empty_scores_zero():

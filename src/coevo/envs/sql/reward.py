@@ -9,12 +9,16 @@ and row order inside a tuple matters. For predicted rows P and gold rows G as mu
             position by position and compared as text (InterCode's exact computation: it
             equals the rank correlation when the gold rows are sorted, and is 1 whenever the
             two sequences are identical)
-    reward = round(iou * order, 2) when the intersection is non-empty and tau is defined,
-             round(iou, 2) otherwise (one common row, or all common rows equal: no ordering)
+    reward = round2(order * iou) when the intersection is non-empty and tau is defined,
+             iou unrounded otherwise (one common row, or all common rows equal: no ordering)
 
-InterCode multiplies by tau itself, which can be negative (a reversed order); here the factor is
-clipped to [0, 1] so the reward stays in [0, 1] as the Env contract requires. An error or a
-missing result scores 0.
+The arithmetic is InterCode's to the last bit: tau as scipy computes it,
+(concordant - discordant) / sqrt(n0 - x ties) / sqrt(n0 - y ties), which can give
+0.9999999999999999 where the exact value is 1 (0.375 then rounds to 0.37, not 0.38), and
+`round2` as numpy rounds the float64 scipy returns (x * 100 to the nearest integer, halves to
+even, / 100). InterCode multiplies by tau itself, which can be negative (a reversed order);
+here the factor is clipped to [0, 1] so the reward stays in [0, 1] as the Env contract
+requires. An error or a missing result scores 0.
 """
 
 from __future__ import annotations
@@ -79,12 +83,20 @@ def score(predicted: Sequence[tuple] | None, gold: GoldRows, error: str | None =
         return Score(1.0, 1.0, None, 0, 0, 0, 0)
     iou = inter / union
     order = None
+    reward = iou  # InterCode leaves the IoU unrounded when no ordering factor applies
     if inter > 0:
         tau = kendall_tau_b(_keep_common(texts, common), _keep_common(gold.texts, common))
         if not math.isnan(tau):
-            order = min(1.0, max(0.0, tau))
-    reward = round(iou * (1.0 if order is None else order), 2)
+            order = max(0.0, tau)
+            reward = round_cents(order * iou)
     return Score(reward, iou, order, inter, union, len(texts), len(gold.texts))
+
+
+def round_cents(x: float) -> float:
+    """numpy's `round(x, 2)` on a float64, which InterCode's score is: x * 100 rounded to the
+    nearest integer (halves to even), / 100. Python's `round(x, 2)` rounds the exact decimal
+    value instead and differs on a few values in 100,000."""
+    return round(x * 100) / 100
 
 
 def _keep_common(texts: Sequence[str], common: Counter) -> list[str]:
@@ -102,7 +114,8 @@ def kendall_tau_b(x: Sequence[Any], y: Sequence[Any]) -> float:
     """Kendall's tau-b of two paired sequences (ties handled); NaN when undefined.
 
     O(n log n): sort pairs by (x, y), count x-ties, joint ties and y-ties, and count discordant
-    pairs as the inversions of y in that order (merge sort). Matches scipy.stats.kendalltau.
+    pairs as the inversions of y in that order (merge sort). Matches scipy.stats.kendalltau
+    bit for bit (the same counts, the same floating-point operations).
     """
     n = len(x)
     if n != len(y):
@@ -116,11 +129,13 @@ def kendall_tau_b(x: Sequence[Any], y: Sequence[Any]) -> float:
     discordant = _count_inversions(ys)
     y_ties = _tied_pairs(sorted(ys))
     total = n * (n - 1) // 2
-    denominator = math.sqrt((total - x_ties) * (total - y_ties))
-    if denominator == 0:
+    if x_ties == total or y_ties == total:
         return math.nan
     concordant_minus_discordant = total - x_ties - y_ties + joint_ties - 2 * discordant
-    return concordant_minus_discordant / denominator
+    # scipy's order of operations (two square roots, two divisions) and its clip to [-1, 1]:
+    # the last bit decides where the score's rounding lands.
+    tau = concordant_minus_discordant / math.sqrt(total - x_ties) / math.sqrt(total - y_ties)
+    return min(1.0, max(-1.0, tau))
 
 
 def _tied_pairs(sorted_values: Sequence[Any]) -> int:
