@@ -93,30 +93,23 @@ def load_inputs(work: Path) -> tuple:
 
 
 def run_ours(work: Path, args: argparse.Namespace) -> dict:
-    from coevo.train import SftConfig, sft_examples, train_sft
-    from coevo.train.loop import RunDir
+    from coevo.train import Checkpoints, Compute, Optim, SftConfig, sft_examples, train_sft
+    from coevo.train.loop import CheckpointDir
 
     tok, model, trajectories = load_inputs(work)
     examples = sft_examples(trajectories, tok, max_length=args.max_length)
     out = work / f"ours-{os.getpid()}"
     config = SftConfig(
-        output_dir=str(out),
-        lr=args.lr,
         epochs=args.epochs,
         batch_size=args.batch_size,
-        warmup_ratio=0.1,
-        schedule="constant",
-        max_grad_norm=1.0,
-        mixed_precision="no",
-        gradient_checkpointing=args.checkpointing == "on",
-        save_every=10**9,
-        save_final_model=False,
         progress=False,
-        resume=False,
+        optim=Optim(lr=args.lr, warmup_ratio=0.1, schedule="constant", max_grad_norm=1.0),
+        compute=Compute(mixed_precision="no", gradient_checkpointing=args.checkpointing == "on"),
+        checkpoints=Checkpoints(save_every=10**9, save_final_model=False, resume=False),
     )
     # The loop always writes a checkpoint at its last step; time it to show it apart.
     saving = {"cpu": 0.0, "wall": 0.0}
-    save = RunDir.save
+    save = CheckpointDir.save
 
     def timed_save(self, step: int, epoch: int) -> None:
         cpu, wall = time.process_time(), time.perf_counter()
@@ -124,8 +117,8 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
         saving["cpu"] += time.process_time() - cpu
         saving["wall"] += time.perf_counter() - wall
 
-    RunDir.save = timed_save
-    got = measure(lambda: train_sft(model, examples, config))
+    CheckpointDir.save = timed_save
+    got = measure(lambda: train_sft(model, examples, config, output_dir=out))
     shutil.rmtree(out, ignore_errors=True)  # a 135M checkpoint is 1.6 GB
     return {
         **got,

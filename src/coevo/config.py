@@ -3,7 +3,9 @@
     cfg = load(RunConfig, "configs/shop/eto.yaml", ["model.size=nano", "iterations=2"])
 
 Every key is checked against the dataclass fields and every value against the field's type,
-so a wrong key or value is one clear sentence naming it (with a suggestion for typos).
+so a wrong key or value is one clear sentence naming it (with a suggestion for typos). A root
+dataclass may list the keys it no longer has in `MOVED` (old dotted key -> new dotted key) and
+`RETIRED` (old dotted key -> why it is gone), so an old recipe gets the new place by name.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import dataclasses
 import difflib
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -104,14 +107,38 @@ def _unknown(key: str, known: list[str], prefix: str) -> ConfigError:
     return ConfigError(f"Unknown config key '{prefix}{key}'.{hint}")
 
 
+def _dotted_keys(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
+    for key, value in values.items():
+        yield f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _dotted_keys(value, f"{prefix}{key}.")
+
+
+def _check_moved(cls: type, values: dict[str, Any]) -> None:
+    moved: dict[str, str] = getattr(cls, "MOVED", {})
+    retired: dict[str, str] = getattr(cls, "RETIRED", {})
+    for key in _dotted_keys(values):
+        if key in moved:
+            raise ConfigError(f"Config key '{key}' has moved to '{moved[key]}': write it there.")
+        if key in retired:
+            raise ConfigError(f"Config key '{key}' is gone: {retired[key]}.")
+
+
 def build(cls: type[T], values: dict[str, Any], prefix: str = "") -> T:
     """An instance of dataclass `cls` from a (nested) mapping, checking keys and types."""
+    if not prefix:
+        _check_moved(cls, values)
     fields = _fields(cls)
     kwargs = {}
     for key, value in values.items():
         if key not in fields:
             raise _unknown(key, list(fields), prefix)
-        tp, _ = fields[key]
+        tp, f = fields[key]
+        nested = _is_dataclass_type(tp) and isinstance(value, dict)
+        if nested and f.default_factory is not dataclasses.MISSING:
+            # Over the field's own default (DpoConfig's optim has DPO's lr and schedule), not
+            # over the defaults of the section's class.
+            value = merge(to_dict(f.default_factory()), value)
         kwargs[key] = _coerce(value, tp, f"{prefix}{key}")
     try:
         instance = cls(**kwargs)
@@ -119,7 +146,12 @@ def build(cls: type[T], values: dict[str, Any], prefix: str = "") -> T:
         raise ConfigError(f"{prefix or cls.__name__}: {exc}") from exc
     validate = getattr(instance, "validate", None)
     if callable(validate):
-        validate()
+        try:
+            validate()
+        except ConfigError:
+            raise
+        except ValueError as exc:  # a section's own check (e.g. a trainer config's)
+            raise ConfigError(str(exc)) from None
     return instance
 
 

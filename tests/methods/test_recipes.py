@@ -57,3 +57,28 @@ def test_valid_split_is_the_train_tail_the_run_never_trains_on(tmp_path):
         pool.close()
     assert valid == everything[-3:]
     assert train == everything[:4] and not set(train) & set(valid)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("sft.lr=1e-5", "Config key 'sft.lr' has moved to 'sft.optim.lr'"),
+        ("dpo.lora_r=16", "Config key 'dpo.lora_r' has moved to 'dpo.lora.r'"),
+        ("sft.train_layers=10", "Config key 'sft.train_layers' has moved to 'sft.compute."),
+        ("dpo.save_every_minutes=5", "'dpo.save_every_minutes' has moved to 'dpo.checkpoints."),
+        ("sft.seed=3", "Config key 'sft.seed' is gone: the trainers are seeded from the run's"),
+        ("dpo.output_dir=x", "Config key 'dpo.output_dir' is gone: each stage trains in its own"),
+    ],
+)
+def test_an_old_setting_name_says_where_it_went(override, message):
+    from coevo.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load(RunConfig, CONFIGS[0], [override])
+
+
+def test_a_section_keeps_its_own_defaults_under_a_partial_override():
+    config = load(RunConfig, CONFIGS[0], ["dpo.optim.lr=2e-6"])
+    # DPO's optimiser defaults (10% warm-up, constant), not those of the Optim class.
+    assert (config.dpo.optim.lr, config.dpo.optim.warmup_ratio) == (2e-6, 0.1)
+    assert config.dpo.optim.schedule == "constant"

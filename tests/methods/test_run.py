@@ -30,8 +30,8 @@ FAST = {
     "env": {"name": "tests.toy_env:ToyEnv", "options": {}},
     "model": {"size": "nano", "max_length": 512},
     "iterations": 2,
-    "sft": {"epochs": 8, "batch_size": 4, "lr": 3e-3, "progress": False},
-    "dpo": {"epochs": 1, "batch_size": 4, "lr": 1e-4, "progress": False},
+    "sft": {"epochs": 8, "batch_size": 4, "optim": {"lr": 3e-3}, "progress": False},
+    "dpo": {"epochs": 1, "batch_size": 4, "optim": {"lr": 1e-4}, "progress": False},
     "explore": {"samples": 2, "max_new_tokens": 24, "batch_size": 16, "chunk": 4},
     "eval": {"max_new_tokens": 24, "batch_size": 16},
 }

@@ -6,9 +6,11 @@ import json
 import os
 import random
 import sys
+from dataclasses import replace
 
 from coevo.train.batches import DpoExample
 from coevo.train.dpo import DpoConfig, train_dpo
+from coevo.train.settings import Optim
 from coevo.train.sft import SftConfig, train_sft
 from tests.train.conftest import random_seq, tiny_llama
 
@@ -18,8 +20,10 @@ def main(out: str, batch_size: int, grad_accum: int) -> None:
     seqs = [random_seq(rng) for _ in range(16)]
     pairs = [DpoExample(random_seq(rng), random_seq(rng), 0.5, 0.1) for _ in range(8)]
     common = dict(batch_size=batch_size, grad_accum=grad_accum, progress=False, epochs=1)
-    sft = train_sft(tiny_llama(), seqs, SftConfig(output_dir=f"{out}/sft", lr=3e-3, **common))
-    dpo = train_dpo(sft.model, pairs, DpoConfig(output_dir=f"{out}/dpo", lr=1e-3, **common))
+    sft_config = SftConfig(optim=Optim(lr=3e-3), **common)
+    sft = train_sft(tiny_llama(), seqs, sft_config, output_dir=f"{out}/sft")
+    dpo_config = DpoConfig(optim=replace(DpoConfig().optim, lr=1e-3), **common)
+    dpo = train_dpo(sft.model, pairs, dpo_config, output_dir=f"{out}/dpo")
     if os.environ.get("RANK", "0") == "0":  # one writer
         summary = {
             "sft": [r["loss"] for r in sft.history if "loss" in r],

@@ -8,12 +8,16 @@ from dataclasses import replace
 import pytest
 import torch
 
+from coevo.config import build, merge
 from coevo.train.dpo import REFERENCE_FILE, DpoConfig, train_dpo
+from coevo.train.loop import TrainResult
 
 
-def config(tmp_path, **kw) -> DpoConfig:
-    base = dict(output_dir=str(tmp_path / "dpo"), lr=1e-3, batch_size=4, progress=False)
-    return DpoConfig(**{**base, **kw})
+def dpo(model, examples, tmp_path, **kw) -> TrainResult:
+    """`train_dpo` into `tmp_path/dpo` with the test settings (lr 1e-3, batch 4) overlaid by
+    `kw` (groups as mappings)."""
+    values = merge({"batch_size": 4, "progress": False, "optim": {"lr": 1e-3}}, kw)
+    return train_dpo(model, examples, build(DpoConfig, values), output_dir=tmp_path / "dpo")
 
 
 def losses(history):
@@ -25,8 +29,8 @@ def test_precomputed_reference_equals_a_live_one_and_every_parameter_moves(
 ):
     model = model_factory()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    pre = train_dpo(model, dpo_data, config(tmp_path / "a", epochs=2))
-    live = train_dpo(model_factory(), dpo_data, config(tmp_path / "b", epochs=2, reference="live"))
+    pre = dpo(model, dpo_data, tmp_path / "a", epochs=2)
+    live = dpo(model_factory(), dpo_data, tmp_path / "b", epochs=2, reference="live")
     assert losses(pre.history) == pytest.approx(losses(live.history), rel=1e-5)
     after = pre.model.state_dict()
     assert [k for k, v in before.items() if torch.equal(v, after[k])] == []
@@ -42,18 +46,19 @@ def test_precomputed_reference_equals_a_live_one_and_every_parameter_moves(
 def test_given_reference_logps_are_used_as_is(tmp_path, model_factory, dpo_data):
     # A reference far below the policy on the chosen side: the loss starts well under log 2.
     shifted = [replace(e, ref_chosen_logp=-1e3, ref_rejected_logp=0.0) for e in dpo_data]
-    out = train_dpo(model_factory(), shifted, config(tmp_path, epochs=1, lr=1e-6))
+    out = dpo(model_factory(), shifted, tmp_path, epochs=1, optim={"lr": 1e-6})
     assert out.history[0]["dpo_loss"] < 1e-3
     assert not (tmp_path / "dpo" / REFERENCE_FILE).exists()
 
 
 def test_stopped_and_resumed_run_gives_the_same_losses(tmp_path, model_factory, dpo_data):
-    kw = dict(epochs=3, save_every=2, grad_accum=2, batch_size=2)
-    straight = train_dpo(model_factory(), dpo_data, config(tmp_path / "a", **kw))
-    first = train_dpo(model_factory(), dpo_data, config(tmp_path / "b", stop_after_steps=3, **kw))
+    kw = dict(epochs=3, checkpoints={"save_every": 2}, grad_accum=2, batch_size=2)
+    straight = dpo(model_factory(), dpo_data, tmp_path / "a", **kw)
+    cut = merge(kw, {"checkpoints": {"stop_after_steps": 3}})
+    first = dpo(model_factory(), dpo_data, tmp_path / "b", **cut)
     assert first.step == 3
     # A different starting model: the checkpoint and the stored reference must win.
-    resumed = train_dpo(model_factory(seed=7), dpo_data, config(tmp_path / "b", **kw))
+    resumed = dpo(model_factory(seed=7), dpo_data, tmp_path / "b", **kw)
     assert resumed.step == straight.step == 12
     assert losses(resumed.history) == losses(straight.history)
     for k, v in straight.model.state_dict().items():
@@ -61,18 +66,22 @@ def test_stopped_and_resumed_run_gives_the_same_losses(tmp_path, model_factory, 
 
 
 def test_resuming_on_other_pairs_is_refused(tmp_path, model_factory, dpo_data):
-    train_dpo(model_factory(), dpo_data, config(tmp_path, epochs=1, stop_after_steps=1))
+    dpo(model_factory(), dpo_data, tmp_path, epochs=1, checkpoints={"stop_after_steps": 1})
     with pytest.raises(ValueError, match="other pairs"):
-        train_dpo(model_factory(), dpo_data[:8], config(tmp_path, epochs=1))
+        dpo(model_factory(), dpo_data[:8], tmp_path, epochs=1)
 
 
 def test_lora_changes_only_adapters_and_its_live_reference_is_the_base(
     tmp_path, model_factory, dpo_data
 ):
-    kw = dict(epochs=1, lora_r=4, lora_alpha=8, lora_target_modules=("q_proj", "v_proj"))
+    kw = dict(
+        epochs=1,
+        lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+        checkpoints={"stop_after_steps": 3},
+    )
     model = model_factory()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    part = train_dpo(model, dpo_data, config(tmp_path / "a", stop_after_steps=3, **kw))
+    part = dpo(model, dpo_data, tmp_path / "a", **kw)
     for name, value in part.model.state_dict().items():
         if "lora_" not in name:
             original = name.replace("base_model.model.", "").replace(".base_layer", "")
@@ -80,22 +89,19 @@ def test_lora_changes_only_adapters_and_its_live_reference_is_the_base(
     lora = [p for n, p in part.model.named_parameters() if "lora_B" in n]
     assert lora and all(p.abs().sum() > 0 for p in lora)
     # Adapters switched off give the reference: same run as the precomputed one.
-    live = train_dpo(
-        model_factory(),
-        dpo_data,
-        config(tmp_path / "b", stop_after_steps=3, reference="live", **kw),
-    )
+    live = dpo(model_factory(), dpo_data, tmp_path / "b", reference="live", **kw)
     assert losses(live.history) == pytest.approx(losses(part.history), rel=1e-5)
 
 
 def test_pair_weights_and_sft_weights_reach_the_loss(tmp_path, model_factory, dpo_data):
     plain = [replace(e, weight=1.0, sft_weight=0.0) for e in dpo_data]
     heavy = [replace(e, weight=1.0, sft_weight=1.0) for e in dpo_data]
-    a = train_dpo(model_factory(), plain, config(tmp_path / "a", epochs=1, stop_after_steps=1))
-    b = train_dpo(model_factory(), heavy, config(tmp_path / "b", epochs=1, stop_after_steps=1))
+    one_step = dict(epochs=1, checkpoints={"stop_after_steps": 1})
+    a = dpo(model_factory(), plain, tmp_path / "a", **one_step)
+    b = dpo(model_factory(), heavy, tmp_path / "b", **one_step)
     # Same first batch: loss(b) - loss(a) is the mean chosen NLL per token (about ln 300).
     diff = b.history[0]["loss"] - a.history[0]["loss"]
     assert diff == pytest.approx(b.history[0]["sft_nll"], rel=1e-5)
     assert 4.0 < diff < 7.0
     with pytest.raises(ValueError, match="DpoConfig.reference"):
-        train_dpo(model_factory(), plain, config(tmp_path, reference="copy"))
+        train_dpo(model_factory(), plain, DpoConfig(reference="copy"), output_dir=tmp_path)

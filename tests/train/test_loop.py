@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 from coevo.train.dpo import DpoConfig, train_dpo
-from coevo.train.loop import CheckpointError, RunDir
+from coevo.train.loop import CheckpointDir, CheckpointError
+from coevo.train.settings import Checkpoints, Optim
 from coevo.train.sft import SftConfig, train_sft
 
 EVERY_STEP = 1e-9  # minutes: every step is past due
@@ -19,14 +21,28 @@ class Killed(Exception):
     """Stands in for a kill -9 right after an optimizer step, before its checkpoint."""
 
 
-def sft_config(tmp_path: Path, **kw) -> SftConfig:
-    base = dict(output_dir=str(tmp_path / "sft"), lr=3e-3, batch_size=4, progress=False)
-    return SftConfig(**{**base, **kw})
+def sft(model, examples, tmp_path: Path, *, epochs=3, warmup_ratio=0.03, **checkpoints):
+    """SFT into `tmp_path/sft` (lr 3e-3, batch 4) with these checkpoint settings."""
+    config = SftConfig(
+        epochs=epochs,
+        batch_size=4,
+        progress=False,
+        optim=Optim(lr=3e-3, warmup_ratio=warmup_ratio),
+        checkpoints=Checkpoints(**checkpoints),
+    )
+    return train_sft(model, examples, config, output_dir=tmp_path / "sft")
 
 
-def dpo_config(tmp_path: Path, **kw) -> DpoConfig:
-    base = dict(output_dir=str(tmp_path / "dpo"), lr=1e-3, batch_size=4, progress=False)
-    return DpoConfig(**{**base, **kw})
+def dpo(model, examples, tmp_path: Path, *, epochs, batch_size, **checkpoints):
+    """DPO into `tmp_path/dpo` (lr 1e-3) with these checkpoint settings."""
+    config = DpoConfig(
+        epochs=epochs,
+        batch_size=batch_size,
+        progress=False,
+        optim=replace(DpoConfig().optim, lr=1e-3),
+        checkpoints=Checkpoints(**checkpoints),
+    )
+    return train_dpo(model, examples, config, output_dir=tmp_path / "dpo")
 
 
 def steps_on_disk(out: Path) -> list[int]:
@@ -40,25 +56,25 @@ def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 def kill_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     """Make the run die once it has logged optimizer step `step` (its checkpoint not written)."""
-    log = RunDir.log
+    log = CheckpointDir.log
 
-    def dying_log(self: RunDir, record: dict) -> None:
+    def dying_log(self: CheckpointDir, record: dict) -> None:
         log(self, record)
         if record.get("step") == step:
             raise Killed
 
-    monkeypatch.setattr(RunDir, "log", dying_log)
+    monkeypatch.setattr(CheckpointDir, "log", dying_log)
 
 
 def record_resumes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     resumed: list[int] = []
-    resume = RunDir.resume
+    resume = CheckpointDir.resume
 
-    def recording(self: RunDir) -> int:
+    def recording(self: CheckpointDir) -> int:
         resumed.append(resume(self))
         return resumed[-1]
 
-    monkeypatch.setattr(RunDir, "resume", recording)
+    monkeypatch.setattr(CheckpointDir, "resume", recording)
     return resumed
 
 
@@ -66,17 +82,16 @@ def record_resumes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_checkpoints_come_on_time_without_reaching_save_every(
     tmp_path, model_factory, sft_data, minutes, expected
 ):
-    config = sft_config(
-        tmp_path, epochs=1, save_every=200, save_every_minutes=minutes, save_total_limit=10
-    )
-    train_sft(model_factory(), sft_data, config)
+    kw = dict(save_every=200, save_every_minutes=minutes, save_total_limit=10)
+    sft(model_factory(), sft_data, tmp_path, epochs=1, **kw)
     assert steps_on_disk(tmp_path / "sft") == expected
     assert not list((tmp_path / "sft" / "checkpoints").glob("*.tmp"))
 
 
 def test_only_the_newest_time_checkpoints_are_kept(tmp_path, model_factory, sft_data):
-    config = sft_config(tmp_path, epochs=1, save_every=200, save_every_minutes=EVERY_STEP)
-    train_sft(model_factory(), sft_data, config)
+    sft(
+        model_factory(), sft_data, tmp_path, epochs=1, save_every=200, save_every_minutes=EVERY_STEP
+    )
     assert steps_on_disk(tmp_path / "sft") == [5, 6]  # save_total_limit 2
 
 
@@ -86,13 +101,13 @@ def test_a_killed_dpo_stage_redoes_only_the_steps_since_its_last_checkpoint(
 ):
     """A 16-step DPO run with save_every 200, killed after step 4, then run again."""
     kw = dict(epochs=2, batch_size=2, save_every=200, save_every_minutes=minutes)
-    straight = train_dpo(model_factory(), dpo_data, dpo_config(tmp_path / "a", **kw))
+    straight = dpo(model_factory(), dpo_data, tmp_path / "a", **kw)
     with monkeypatch.context() as patch:
         kill_at(patch, 4)
         with pytest.raises(Killed):
-            train_dpo(model_factory(), dpo_data, dpo_config(tmp_path / "b", **kw))
+            dpo(model_factory(), dpo_data, tmp_path / "b", **kw)
     resumed_from = record_resumes(monkeypatch)
-    again = train_dpo(model_factory(), dpo_data, dpo_config(tmp_path / "b", **kw))
+    again = dpo(model_factory(), dpo_data, tmp_path / "b", **kw)
     assert 4 - resumed_from[0] == redone
     assert again.step == straight.step == 16
     assert same_weights(again.model, straight.model)
@@ -102,14 +117,14 @@ def test_a_checkpoint_missing_a_file_falls_back_to_the_one_before(
     tmp_path, model_factory, sft_data, monkeypatch, capsys
 ):
     kw = dict(epochs=2, save_every=2, warmup_ratio=0.2)
-    straight = train_sft(model_factory(), sft_data, sft_config(tmp_path / "a", **kw))
+    straight = sft(model_factory(), sft_data, tmp_path / "a", **kw)
     out = tmp_path / "b" / "sft"
-    train_sft(model_factory(), sft_data, sft_config(tmp_path / "b", stop_after_steps=5, **kw))
+    sft(model_factory(), sft_data, tmp_path / "b", stop_after_steps=5, **kw)
     assert steps_on_disk(out) == [4, 5]
     (out / "checkpoints" / "step-5" / "optimizer.bin").unlink()
     capsys.readouterr()
     resumed_from = record_resumes(monkeypatch)
-    again = train_sft(model_factory(seed=99), sft_data, sft_config(tmp_path / "b", **kw))
+    again = sft(model_factory(seed=99), sft_data, tmp_path / "b", **kw)
     assert resumed_from == [4]
     warning = [line for line in capsys.readouterr().err.splitlines() if "checkpoint" in line]
     assert len(warning) == 1 and "step-5 lacks optimizer.bin; resuming from step 4" in warning[0]
@@ -122,16 +137,16 @@ def test_the_only_checkpoint_missing_a_file_falls_back_to_the_start(
     tmp_path, model_factory, sft_data, monkeypatch, capsys
 ):
     kw = dict(epochs=1, save_every=200)
-    straight = train_sft(model_factory(), sft_data, sft_config(tmp_path / "a", **kw))
+    straight = sft(model_factory(), sft_data, tmp_path / "a", **kw)
     out = tmp_path / "b" / "sft"
-    train_sft(model_factory(), sft_data, sft_config(tmp_path / "b", stop_after_steps=3, **kw))
+    sft(model_factory(), sft_data, tmp_path / "b", stop_after_steps=3, **kw)
     # A checkpoint written before file lists were recorded: the essentials are checked.
     state = out / "checkpoints" / "step-3" / "trainer_state.json"
     state.write_text(json.dumps({"step": 3, "epoch": 0}))
     (state.parent / "scheduler.bin").unlink()
     capsys.readouterr()
     resumed_from = record_resumes(monkeypatch)
-    again = train_sft(model_factory(), sft_data, sft_config(tmp_path / "b", **kw))
+    again = sft(model_factory(), sft_data, tmp_path / "b", **kw)
     assert resumed_from == [0]
     assert (
         "lacks its scheduler.bin; resuming from the start of the stage" in capsys.readouterr().err
@@ -143,10 +158,10 @@ def test_the_only_checkpoint_missing_a_file_falls_back_to_the_start(
 def test_a_cut_short_file_is_caught_before_loading(tmp_path, model_factory, sft_data, capsys):
     out = tmp_path / "sft"
     kw = dict(epochs=1, save_every=2)
-    train_sft(model_factory(), sft_data, sft_config(tmp_path, stop_after_steps=4, **kw))
+    sft(model_factory(), sft_data, tmp_path, stop_after_steps=4, **kw)
     weights = out / "checkpoints" / "step-4" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    train_sft(model_factory(), sft_data, sft_config(tmp_path, **kw))
+    sft(model_factory(), sft_data, tmp_path, **kw)
     assert "has a cut-short model.safetensors (1000 of" in capsys.readouterr().err
 
 
@@ -155,15 +170,15 @@ def test_a_checkpoint_that_fails_to_load_part_way_with_none_before_is_a_clear_er
 ):
     out = tmp_path / "sft"
     kw = dict(epochs=1, save_every=200)
-    train_sft(model_factory(), sft_data, sft_config(tmp_path, stop_after_steps=2, **kw))
+    sft(model_factory(), sft_data, tmp_path, stop_after_steps=2, **kw)
     optimizer = out / "checkpoints" / "step-2" / "optimizer.bin"
     optimizer.write_bytes(b"\0" * optimizer.stat().st_size)  # whole size, unreadable content
     with pytest.raises(CheckpointError, match="delete it to start this stage over"):
-        train_sft(model_factory(), sft_data, sft_config(tmp_path, **kw))
+        sft(model_factory(), sft_data, tmp_path, **kw)
 
 
 def test_save_every_minutes_must_not_be_negative(tmp_path, model_factory, sft_data):
-    with pytest.raises(ValueError, match="SftConfig.save_every_minutes must be >= 0"):
-        train_sft(model_factory(), sft_data, sft_config(tmp_path, save_every_minutes=-1))
-    with pytest.raises(ValueError, match="DpoConfig.save_every_minutes must be >= 0"):
-        DpoConfig(save_every_minutes=-1.0).validate()
+    with pytest.raises(ValueError, match="SftConfig.checkpoints.save_every_minutes must be >= 0"):
+        sft(model_factory(), sft_data, tmp_path, save_every_minutes=-1)
+    with pytest.raises(ValueError, match="DpoConfig.checkpoints.save_every_minutes must be >= 0"):
+        DpoConfig(checkpoints=Checkpoints(save_every_minutes=-1.0)).validate()

@@ -7,6 +7,8 @@ import json
 import pytest
 import torch
 
+from coevo.config import build, merge
+from coevo.train.loop import TrainResult
 from coevo.train.sft import SftConfig, train_sft
 
 
@@ -14,15 +16,21 @@ def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def config(tmp_path, **kw) -> SftConfig:
-    base = dict(output_dir=str(tmp_path / "sft"), lr=3e-3, batch_size=4, progress=False)
-    return SftConfig(**{**base, **kw})
+def config(**kw) -> SftConfig:
+    """The test settings (lr 3e-3, batch 4) overlaid by `kw`; groups as mappings."""
+    return build(SftConfig, merge({"batch_size": 4, "progress": False, "optim": {"lr": 3e-3}}, kw))
+
+
+def sft(model, examples, tmp_path, *, eval_examples=(), **kw) -> TrainResult:
+    """`train_sft` into `tmp_path/sft` with `config(**kw)`."""
+    out = tmp_path / "sft"
+    return train_sft(model, examples, config(**kw), output_dir=out, eval_examples=eval_examples)
 
 
 def test_a_few_steps_change_every_parameter_and_lower_the_loss(tmp_path, model_factory, sft_data):
     model = model_factory()
     before = snapshot(model)
-    result = train_sft(model, sft_data, config(tmp_path, epochs=4), eval_examples=sft_data[:6])
+    result = sft(model, sft_data, tmp_path, epochs=4, eval_examples=sft_data[:6])
     after = result.model.state_dict()
     unchanged = [k for k, v in before.items() if torch.equal(v, after[k])]
     assert unchanged == []
@@ -42,9 +50,9 @@ def test_a_few_steps_change_every_parameter_and_lower_the_loss(tmp_path, model_f
 
 def test_gradient_accumulation_equals_one_big_batch(tmp_path, model_factory, sft_data):
     data = sft_data[:4]
-    kw = dict(epochs=1, lr=1e-2, warmup_ratio=0.0)
-    one = train_sft(model_factory(), data, config(tmp_path / "a", batch_size=4, **kw))
-    two = train_sft(model_factory(), data, config(tmp_path / "b", batch_size=2, grad_accum=2, **kw))
+    kw = dict(epochs=1, optim={"lr": 1e-2, "warmup_ratio": 0.0})
+    one = sft(model_factory(), data, tmp_path / "a", batch_size=4, **kw)
+    two = sft(model_factory(), data, tmp_path / "b", batch_size=2, grad_accum=2, **kw)
     # Same 4 sequences in one optimizer step: loss per token over the whole window.
     assert one.history[0]["loss"] == pytest.approx(two.history[0]["loss"], rel=1e-6)
     # Adam's first step is about lr * sign(grad): a float-rounding difference in a near-zero
@@ -54,14 +62,15 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, model_factory, sft
 
 
 def test_stopped_and_resumed_run_gives_the_same_losses(tmp_path, model_factory, sft_data):
-    kw = dict(epochs=2, save_every=2, warmup_ratio=0.2)
-    straight = train_sft(model_factory(), sft_data, config(tmp_path / "a", **kw))
+    kw = dict(epochs=2, checkpoints={"save_every": 2}, optim={"warmup_ratio": 0.2})
+    straight = sft(model_factory(), sft_data, tmp_path / "a", **kw)
 
-    cut = config(tmp_path / "b", stop_after_steps=5, **kw)  # mid-epoch, after a checkpoint at 4
-    first = train_sft(model_factory(), sft_data, cut)
+    # Mid-epoch, after a checkpoint at 4.
+    cut = merge(kw, {"checkpoints": {"stop_after_steps": 5}})
+    first = sft(model_factory(), sft_data, tmp_path / "b", **cut)
     assert first.step == 5 and not (tmp_path / "b" / "sft" / "model").exists()
     # The new process starts from a different random model: the checkpoint must overwrite it.
-    resumed = train_sft(model_factory(seed=99), sft_data, config(tmp_path / "b", **kw))
+    resumed = sft(model_factory(seed=99), sft_data, tmp_path / "b", **kw)
     assert resumed.step == 12
     assert [r["loss"] for r in resumed.history] == [r["loss"] for r in straight.history]
     assert [r["lr"] for r in resumed.history] == [r["lr"] for r in straight.history]
@@ -72,8 +81,8 @@ def test_stopped_and_resumed_run_gives_the_same_losses(tmp_path, model_factory, 
 def test_lora_changes_only_the_adapters_and_saves_merged(tmp_path, model_factory, sft_data):
     model = model_factory()
     before = snapshot(model)
-    kw = dict(epochs=1, lora_r=4, lora_alpha=8, lora_target_modules=("q_proj", "v_proj"))
-    part = train_sft(model, sft_data, config(tmp_path, stop_after_steps=3, **kw))
+    kw = dict(epochs=1, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]})
+    part = sft(model, sft_data, tmp_path, checkpoints={"stop_after_steps": 3}, **kw)
     trainable = {n for n, p in part.model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
     state = part.model.state_dict()
@@ -85,7 +94,7 @@ def test_lora_changes_only_the_adapters_and_saves_merged(tmp_path, model_factory
     lora_b = [v for n, v in state.items() if "lora_B" in n]
     assert lora_b and all(v.abs().sum() > 0 for v in lora_b)  # B starts at zero
 
-    done = train_sft(model_factory(), sft_data, config(tmp_path, **kw))
+    done = sft(model_factory(), sft_data, tmp_path, **kw)
     from transformers import AutoModelForCausalLM
 
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "sft" / "model").state_dict()
@@ -99,17 +108,20 @@ def test_train_layers_moves_only_the_top_layers(tmp_path, model_factory, sft_dat
     model = model_factory()
     layers = len(model.get_decoder().layers)
     before = snapshot(model)
-    result = train_sft(model, sft_data, config(tmp_path, epochs=1, train_layers=1))
+    result = sft(model, sft_data, tmp_path, epochs=1, compute={"train_layers": 1})
     changed = {k for k, v in result.model.state_dict().items() if not torch.equal(v, before[k])}
     top = f"layers.{layers - 1}."
     # Every weight of the top layer and the final norm moved; nothing else did (the
     # embeddings, tied to the head, included).
     assert changed == {k for k in before if top in k or k == "model.norm.weight"}
 
-    lora = train_sft(
+    lora = sft(
         model_factory(),
         sft_data,
-        config(tmp_path / "lora", train_layers=1, lora_r=4, lora_alpha=8, stop_after_steps=2),
+        tmp_path / "lora",
+        compute={"train_layers": 1},
+        lora={"r": 4, "alpha": 8},
+        checkpoints={"stop_after_steps": 2},
     )
     adapted = {n for n, p in lora.model.named_parameters() if p.requires_grad}
     assert adapted and all(top in n and "lora_" in n for n in adapted)
@@ -117,8 +129,8 @@ def test_train_layers_moves_only_the_top_layers(tmp_path, model_factory, sft_dat
 
 def test_bad_settings_and_data_get_clear_errors(tmp_path, model_factory, sft_data):
     with pytest.raises(ValueError, match="SftConfig.batch_size"):
-        train_sft(model_factory(), sft_data, config(tmp_path, batch_size=0))
+        train_sft(model_factory(), sft_data, SftConfig(batch_size=0), output_dir=tmp_path)
     with pytest.raises(ValueError, match="no examples"):
-        train_sft(model_factory(), [], config(tmp_path))
+        sft(model_factory(), [], tmp_path)
     with pytest.raises(FileNotFoundError, match="coevo model init"):
-        train_sft(str(tmp_path / "nowhere"), sft_data, config(tmp_path))
+        sft(str(tmp_path / "nowhere"), sft_data, tmp_path)

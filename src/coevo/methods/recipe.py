@@ -9,11 +9,12 @@ fit small models on a CPU; the YAML recipes say where they differ.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from coevo.config import ConfigError
 from coevo.envs.base import SPLITS
 from coevo.train.dpo import DpoConfig
+from coevo.train.settings import MOVED_INTO_GROUPS
 from coevo.train.sft import SftConfig
 
 METHODS = ("sft", "rft", "eto", "failure_agent", "positive_agent", "frozen_failure")
@@ -143,12 +144,30 @@ class RunConfig:
     env: EnvSection = field(default_factory=EnvSection)
     model: ModelSection = field(default_factory=ModelSection)
     sft: SftConfig = field(default_factory=SftConfig)
-    """SFT of both agents (output_dir is set per stage)."""
+    """SFT of every agent (each stage trains in its own folder, seeded from `seed`)."""
     dpo: DpoConfig = field(default_factory=DpoConfig)
-    """DPO of every preference phase (output_dir is set per stage)."""
+    """DPO of every preference phase (each stage trains in its own folder, seeded from
+    `seed`)."""
     explore: ExploreSection = field(default_factory=ExploreSection)
     eval: EvalSection = field(default_factory=EvalSection)
     rft: RftSection = field(default_factory=RftSection)
+
+    MOVED: ClassVar[dict[str, str]] = {
+        f"{section}.{old}": f"{section}.{new}"
+        for section in ("sft", "dpo")
+        for old, new in MOVED_INTO_GROUPS.items()
+    }
+    RETIRED: ClassVar[dict[str, str]] = {
+        **{
+            f"{section}.seed": "the trainers are seeded from the run's `seed` (each stage's "
+            "manifest records the seed it trained with)"
+            for section in ("sft", "dpo")
+        },
+        **{
+            f"{section}.output_dir": "each stage trains in its own folder, RUN_DIR/stages/<stage>"
+            for section in ("sft", "dpo")
+        },
+    }
 
     @property
     def label(self) -> str:

@@ -135,14 +135,13 @@ def pretrain(run: Run, start: Path, out: Path, seed: int) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(start)
     demos = list(experts(run).values())
     examples = lm_examples(demos, tokenizer, max_length=run.config.model.max_length)
+    sft = run.config.sft
     config = replace(
-        run.config.sft,
-        output_dir=str(out),
-        seed=seed,
+        sft,
         epochs=run.config.model.pretrain_epochs,
-        lr=run.config.model.pretrain_lr,
+        optim=replace(sft.optim, lr=run.config.model.pretrain_lr),
     )
-    result = train_sft(str(start), examples, config, tokenizer=tokenizer)
+    result = train_sft(str(start), examples, config, output_dir=out, seed=seed, tokenizer=tokenizer)
     losses = [r["loss"] for r in result.history if "loss" in r]
     return {
         "examples": len(examples),
@@ -162,8 +161,9 @@ def sft(run: Run, name: str, start: Path, trajectories: list[Trajectory], seed: 
 
         tokenizer = AutoTokenizer.from_pretrained(start)
         examples = sft_examples(trajectories, tokenizer, max_length=run.config.model.max_length)
-        config = replace(run.config.sft, output_dir=str(out), seed=seed)
-        result = train_sft(str(start), examples, config, tokenizer=tokenizer)
+        result = train_sft(
+            str(start), examples, run.config.sft, output_dir=out, seed=seed, tokenizer=tokenizer
+        )
         losses = [r["loss"] for r in result.history if "loss" in r]
         return {
             "kind": "sft",
@@ -271,14 +271,20 @@ def dpo(run: Run, name: str, start: Path, pairs: list[Pair], iteration: int) -> 
             run.store.add_pairs(pairs, iteration=iteration, stage=stage_name)
         tokenizer = AutoTokenizer.from_pretrained(start)
         examples = dpo_examples(pairs, tokenizer, max_length=run.config.model.max_length)
-        config = replace(run.config.dpo, output_dir=str(out), seed=run.config.seed + iteration)
+        config = run.config.dpo
         if iteration > 1:
+            later_lr, later_beta = run.config.later_lr, run.config.later_beta
             config = replace(
                 config,
-                lr=run.config.later_lr if run.config.later_lr is not None else config.lr,
-                beta=run.config.later_beta if run.config.later_beta is not None else config.beta,
+                optim=replace(
+                    config.optim, lr=later_lr if later_lr is not None else config.optim.lr
+                ),
+                beta=later_beta if later_beta is not None else config.beta,
             )
-        result = train_dpo(str(start), examples, config, tokenizer=tokenizer)
+        seed = run.config.seed + iteration
+        result = train_dpo(
+            str(start), examples, config, output_dir=out, seed=seed, tokenizer=tokenizer
+        )
         last = next((r for r in reversed(result.history) if "loss" in r), {})
         kinds: dict[str, int] = {}
         for pair in pairs:

@@ -1,7 +1,8 @@
 """Trainers: SFT on the agent's tokens and weighted multi-turn DPO, on accelerate.
 
 `losses` holds the pure tensor functions, `batches` the examples and padding, `sft` / `dpo`
-the two loops with their configs; `model` and `loop` are the parts both loops share.
+the two loops with their configs; `settings` the setting groups every trainer config nests
+(optimiser, LoRA, checkpoints, compute), and `model` and `loop` the parts the loops share.
 """
 
 from __future__ import annotations
@@ -17,13 +18,18 @@ from coevo.train.losses import (
     grpo_loss,
     sequence_logps,
 )
+from coevo.train.settings import Checkpoints, Compute, Lora, Optim
 from coevo.train.sft import SftConfig, train_sft
 
 __all__ = [
+    "Checkpoints",
+    "Compute",
     "DpoConfig",
     "DpoExample",
     "DpoLoss",
     "GrpoLoss",
+    "Lora",
+    "Optim",
     "SftConfig",
     "Tokens",
     "TrainResult",

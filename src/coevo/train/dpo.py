@@ -1,6 +1,6 @@
 """Weighted multi-turn DPO (Eq. 7) with the per-pair SFT term of Eq. 9, on accelerate.
 
-    result = train_dpo(model_or_path, dpo_examples(pairs, tok), DpoConfig(output_dir=...))
+    result = train_dpo(model_or_path, dpo_examples(pairs, tok), DpoConfig(), output_dir=...)
 
 Chosen and rejected sides go through the model in one concatenated forward pass. The
 reference log-probs are computed once, before the first step, over the whole pair set (with the
@@ -29,22 +29,22 @@ from torch.utils.data import DataLoader
 
 from coevo.train.batches import DpoExample, LengthBatches, check_seq, collate_dpo
 from coevo.train.loop import (
+    CheckpointDir,
     Meter,
-    RunDir,
     TrainResult,
-    check_loop_settings,
+    clip,
     finish,
     global_sum,
-    lr_factor,
     make_accelerator,
     make_optimizer,
+    make_scheduler,
     progress_bar,
     sync_unless,
     windows,
 )
 from coevo.train.losses import dpo_loss
 from coevo.train.model import AgentLogps, frozen_copy, is_lora, load_model, trainable
-from coevo.train.sft import LLAMA_LINEAR
+from coevo.train.settings import Checkpoints, Compute, Lora, Optim, check_trainer, settings_record
 
 REFERENCE_FILE = "reference_logps.json"
 
@@ -53,8 +53,6 @@ REFERENCE_FILE = "reference_logps.json"
 class DpoConfig:
     """Settings of one DPO run (defaults: ETO / the paper's preference phases)."""
 
-    output_dir: str = "runs/dpo"
-    """Checkpoints, reference log-probs, `metrics.jsonl` and the final `model/` go here."""
     beta: float = 0.1
     """DPO temperature: how far the policy may move from the reference (paper: 0.1 to 0.5)."""
     lambda_dpo: float = 1.0
@@ -66,55 +64,20 @@ class DpoConfig:
     batch_size: int = 4
     """Pairs per micro-batch per process (the forward pass holds twice as many sequences)."""
     grad_accum: int = 1
-    """Micro-batches per optimizer step; the step's batch is batch_size * grad_accum * GPUs."""
-    lr: float = 1e-6
-    """Peak AdamW learning rate (paper: 1e-6, later iterations 5e-7)."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    warmup_ratio: float = 0.1
-    """Share of the steps spent in linear warm-up."""
-    schedule: str = "constant"
-    """After warm-up: `constant`, `cosine` or `linear`."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping by global norm; 0 disables it."""
-    mixed_precision: str = "auto"
-    """`auto` (bf16 on a GPU that has it, else off), `no`, `bf16` or `fp16`."""
-    seed: int = 0
-    """Seeds the data order and every RNG."""
-    save_every: int = 200
-    """Checkpoint every this many steps; one is always written at the end."""
-    save_every_minutes: float = 3.0
-    """Also checkpoint once the last checkpoint is this old, so a kill costs minutes of
-    training at most, however far apart `save_every` steps are (0: by steps only). Writing
-    one for SmolLM2-135M (weights and AdamW state, 1.6 GB) took 2.9 s: 1.6% at 3 minutes."""
-    save_total_limit: int = 2
-    """Checkpoints kept (oldest deleted first)."""
-    resume: bool = True
-    """Continue from the latest checkpoint in output_dir when there is one."""
-    stop_after_steps: int | None = None
-    """End the run after this optimizer step with a checkpoint, as if cut off; the schedule
-    still spans all epochs, so a later run with the same output_dir finishes the job."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass: far less memory, about a third more time."""
-    lora_r: int = 0
-    """LoRA rank; 0 trains every weight."""
-    lora_alpha: int = 16
-    """LoRA scaling numerator (scale = alpha / r)."""
-    lora_dropout: float = 0.0
-    """Dropout on the LoRA input."""
-    lora_target_modules: tuple[str, ...] = field(default=LLAMA_LINEAR)
-    """Names of the linear layers that get adapters (`["all-linear"]` for all of them)."""
-    train_layers: int = 0
-    """Train only the top N decoder layers (with LoRA: put adapters only there); 0 trains all.
-    The backward pass stops below them: 10 of SmolLM2-135M's 30 layers made a CPU step 2.2x
-    faster. Embeddings (tied to the LM head in small models) stay frozen when N > 0."""
-    save_final_model: bool = True
-    """Write the trained (LoRA-merged) model to output_dir/model."""
+    """Micro-batches per optimizer step; a step learns from batch_size * grad_accum * GPUs
+    pairs."""
     progress: bool = True
-    """Show a rich progress bar."""
+    """Show rich progress bars (reference log-probs, then training)."""
+    optim: Optim = field(
+        default_factory=lambda: Optim(lr=1e-6, warmup_ratio=0.1, schedule="constant")
+    )
+    """AdamW and its schedule (paper: lr 1e-6, later iterations 5e-7; 10% warm-up, constant)."""
+    lora: Lora = field(default_factory=Lora)
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
+    compute: Compute = field(default_factory=Compute)
 
     def validate(self) -> None:
-        check_loop_settings(self)
+        check_trainer(self, ("epochs", "batch_size", "grad_accum"))
         if self.beta <= 0:
             raise ValueError(f"DpoConfig.beta must be > 0, got {self.beta}.")
         if self.reference not in ("precomputed", "live"):
@@ -128,50 +91,52 @@ def train_dpo(
     examples: Sequence[DpoExample],
     config: DpoConfig,
     *,
+    output_dir: str | Path,
+    seed: int = 0,
     tokenizer: Any = None,
 ) -> TrainResult:
-    """Train `model` (an HF causal LM or its directory) on preference pairs with Eq. 9."""
+    """Train `model` (an HF causal LM or its directory) on preference pairs with Eq. 9.
+
+    Checkpoints, reference log-probs, `metrics.jsonl` and the final `model/` go to
+    `output_dir`; a rerun with the same directory resumes there. `seed` seeds the data order
+    and every RNG.
+    """
     config.validate()
     if not examples:
         raise ValueError("train_dpo got no pairs; build some with coevo.pairs first.")
     for i, e in enumerate(examples):
         check_seq(e.chosen, f"Chosen side of pair {i}")
         check_seq(e.rejected, f"Rejected side of pair {i}")
-    accelerator = make_accelerator(config.mixed_precision)
-    set_seed(config.seed)
+    accelerator = make_accelerator(config.compute)
+    set_seed(seed)
 
     model = load_model(model)
     live = config.reference == "live"
     # Without LoRA a live reference is a frozen copy made before any update; with LoRA the
     # base model itself is the reference (adapters off), so nothing is copied.
-    ref_net = AgentLogps(frozen_copy(model)) if live and config.lora_r == 0 else None
-    model = trainable(model, config)
+    ref_net = AgentLogps(frozen_copy(model)) if live and config.lora.r == 0 else None
+    model = trainable(model, config.compute, config.lora)
     net = AgentLogps(model)
-    optimizer = make_optimizer(net, config.lr, config.weight_decay)
+    optimizer = make_optimizer(net, config.optim)
     net, optimizer = accelerator.prepare(net, optimizer)
     if ref_net is not None:
         ref_net = ref_net.to(accelerator.device)
 
-    run = RunDir(config.output_dir, accelerator, config.save_total_limit)
+    out = CheckpointDir(output_dir, accelerator, config.checkpoints)
     if not live:
         # Before resume: the reference is the model as given, never a half-trained one.
-        examples = reference_logps(net, examples, config, accelerator, run.root)
+        examples = reference_logps(net, examples, config, accelerator, out.root)
 
-    sampler = LengthBatches([e.length for e in examples], config.batch_size, seed=config.seed)
+    sampler = LengthBatches([e.length for e in examples], config.batch_size, seed=seed)
     loader = accelerator.prepare(
         DataLoader(list(examples), batch_sampler=sampler, collate_fn=collate_dpo)
     )
     steps_per_epoch = math.ceil(len(loader) / config.grad_accum)
     total_steps = steps_per_epoch * config.epochs
-    schedule = lr_factor(config.schedule, round(config.warmup_ratio * total_steps), total_steps)
-    scheduler = accelerator.prepare(torch.optim.lr_scheduler.LambdaLR(optimizer, schedule))
+    scheduler = make_scheduler(accelerator, optimizer, config.optim, total_steps)
 
-    step = run.resume() if config.resume else run.reset()
-    last = (
-        total_steps
-        if config.stop_after_steps is None
-        else min(total_steps, config.stop_after_steps)
-    )
+    step = out.start()
+    last = out.last_step(total_steps)
     meter = Meter()
     with progress_bar(accelerator, config.progress) as bar:
         task = bar.add_task("dpo", total=total_steps, completed=step, info="")
@@ -196,7 +161,7 @@ def train_dpo(
                             )
                         else:
                             ref_chosen, ref_rejected = batch["ref_chosen"], batch["ref_rejected"]
-                        out = dpo_loss(
+                        loss = dpo_loss(
                             chosen,
                             rejected,
                             ref_chosen,
@@ -209,16 +174,14 @@ def train_dpo(
                         )
                         # Mean over the window's pairs on all processes (DDP averages over
                         # processes, * num_processes undoes it): see losses.py.
-                        accelerator.backward(out.per_pair.sum() * accelerator.num_processes / pairs)
+                        accelerator.backward(
+                            loss.per_pair.sum() * accelerator.num_processes / pairs
+                        )
                     n = len(chosen)
-                    for k, v in out.metrics().items():
+                    for k, v in loss.metrics().items():
                         sums[k] = sums.get(k, 0.0) + float(v) * n
                     sums["tokens"] = sums.get("tokens", 0.0) + float(batch["attention_mask"].sum())
-                grad_norm = (
-                    accelerator.clip_grad_norm_(net.parameters(), config.max_grad_norm)
-                    if config.max_grad_norm > 0
-                    else torch.tensor(float("nan"))
-                )
+                grad_norm = clip(accelerator, net, config.optim)
                 lr = scheduler.get_last_lr()[0]  # the rate this step used
                 optimizer.step()
                 scheduler.step()
@@ -230,23 +193,20 @@ def train_dpo(
                 record.update(
                     lr=lr, grad_norm=float(grad_norm), tokens_per_s=meter.rate(int(tokens_seen))
                 )
-                run.log(record)
+                out.log(record)
                 bar.update(
                     task,
                     completed=step,
                     info=f"loss {record['loss']:.4f} acc {record['reward_accuracy']:.2f}",
                 )
                 end_of_epoch = step % steps_per_epoch == 0
-                if (
-                    step % config.save_every == 0
-                    or step == last
-                    or run.due(config.save_every_minutes)
-                ):
-                    run.save(step, epoch)
+                if out.save_due(step, last):
+                    out.save(step, epoch)
                 if step >= last or end_of_epoch:
                     break
 
-    return finish(accelerator, net, run, step, total_steps, config, tokenizer)
+    settings = settings_record(config, seed)
+    return finish(accelerator, net, out, step, total_steps, settings, tokenizer)
 
 
 @torch.no_grad()
@@ -293,7 +253,7 @@ def reference_logps(
         return list(examples)
     path = out_dir / REFERENCE_FILE
     key = fingerprint(examples)
-    if config.resume and any((out_dir / "checkpoints").glob("step-*")):
+    if config.checkpoints.resume and any((out_dir / "checkpoints").glob("step-*")):
         # The model is already part-trained: only the stored reference is the right one.
         stored = json.loads(path.read_text()) if path.exists() else {}
         if stored.get("fingerprint") != key:

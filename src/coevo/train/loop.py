@@ -1,6 +1,8 @@
 """What the SFT and DPO loops share: accelerator, optimizer and schedule, windows of
 micro-batches, checkpoints with resume, the metrics history and the progress bar.
 
+Each helper takes the settings group it needs (`coevo.train.settings`).
+
 Checkpoints are written every `save_every` steps and every `save_every_minutes`, whichever
 comes first, so a kill costs minutes of training at most. A checkpoint lists its files with
 their sizes; one that lacks a file (or cannot be loaded) is set aside with a warning and the
@@ -15,7 +17,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +36,9 @@ from rich.progress import (
 from torch import nn
 
 from coevo.train.model import finish_model, mixed_precision, save_model
+from coevo.train.settings import Checkpoints, Compute, Optim, Schedule
 
-SCHEDULES = ("cosine", "constant", "linear")
+SCHEDULES: tuple[Schedule, ...] = ("cosine", "constant", "linear")
 STATE_FILE = "trainer_state.json"
 # What accelerate writes for our one model, optimizer and scheduler; checked in checkpoints
 # from before the file lists were recorded.
@@ -52,39 +55,37 @@ class CheckpointError(RuntimeError):
     """The newest checkpoint failed to load part-way and no complete one is left to fall back on."""
 
 
-def check_loop_settings(config: Any) -> None:
-    """The checks every trainer config shares (SftConfig, DpoConfig): counts and warm-up."""
-    name = type(config).__name__
-    for field_name in ("epochs", "batch_size", "grad_accum", "save_every", "save_total_limit"):
-        value = getattr(config, field_name)
-        if value < 1:
-            raise ValueError(f"{name}.{field_name} must be >= 1, got {value}.")
-    if not config.save_every_minutes >= 0:
-        raise ValueError(
-            f"{name}.save_every_minutes must be >= 0 (0: by steps only), got "
-            f"{config.save_every_minutes}."
-        )
-    if config.train_layers < 0:
-        raise ValueError(f"{name}.train_layers must be >= 0 (0: all), got {config.train_layers}.")
-    if not 0 <= config.warmup_ratio < 1:
-        raise ValueError(f"{name}.warmup_ratio must be in [0, 1), got {config.warmup_ratio}.")
-
-
-def make_accelerator(precision: str) -> Accelerator:
+def make_accelerator(compute: Compute) -> Accelerator:
     """One Accelerator per run; gradient accumulation is done by the loop (see `windows`)."""
     # step_scheduler_with_optimizer=False: the schedule is counted in this process's
     # optimizer steps, so it reads the same on 1 or 8 GPUs.
     return Accelerator(
-        mixed_precision=mixed_precision(precision), step_scheduler_with_optimizer=False
+        mixed_precision=mixed_precision(compute.mixed_precision),
+        step_scheduler_with_optimizer=False,
     )
 
 
-def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+def make_optimizer(model: nn.Module, optim: Optim) -> torch.optim.AdamW:
     """AdamW over the trainable parameters only (with LoRA: the adapters)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("The model has no trainable parameters; check the LoRA settings.")
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    return torch.optim.AdamW(params, lr=optim.lr, weight_decay=optim.weight_decay)
+
+
+def make_scheduler(
+    accelerator: Accelerator, optimizer: torch.optim.Optimizer, optim: Optim, total_steps: int
+) -> Any:
+    """The prepared LambdaLR of `optim`'s schedule over `total_steps` optimizer steps."""
+    factor = lr_factor(optim.schedule, round(optim.warmup_ratio * total_steps), total_steps)
+    return accelerator.prepare(torch.optim.lr_scheduler.LambdaLR(optimizer, factor))
+
+
+def clip(accelerator: Accelerator, net: nn.Module, optim: Optim) -> torch.Tensor:
+    """Clip the gradients to `optim.max_grad_norm` (0: no clipping); their norm (NaN if not)."""
+    if optim.max_grad_norm > 0:
+        return accelerator.clip_grad_norm_(net.parameters(), optim.max_grad_norm)
+    return torch.tensor(float("nan"))
 
 
 def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
@@ -134,19 +135,39 @@ def global_sum(accelerator: Accelerator, value: float | int) -> float:
     return float(accelerator.reduce(t, reduction="sum"))
 
 
-class RunDir:
-    """An output directory: checkpoints (`checkpoints/step-N`) and `metrics.jsonl`."""
+class CheckpointDir:
+    """A trainer's output directory: checkpoints (`checkpoints/step-N`) and `metrics.jsonl`."""
 
-    def __init__(self, out_dir: str | Path, accelerator: Accelerator, keep: int) -> None:
+    def __init__(
+        self, out_dir: str | Path, accelerator: Accelerator, settings: Checkpoints
+    ) -> None:
         self.root = Path(out_dir)
         self.accelerator = accelerator
-        self.keep = max(1, keep)
+        self.settings = settings
+        self.keep = max(1, settings.save_total_limit)
         self.metrics_path = self.root / "metrics.jsonl"
         self.history: list[dict[str, Any]] = []
         self.saved_at = time.monotonic()
         if accelerator.is_main_process:
             (self.root / "checkpoints").mkdir(parents=True, exist_ok=True)
         accelerator.wait_for_everyone()
+
+    def start(self) -> int:
+        """The step to start from: the resumed checkpoint's (`settings.resume`), else 0."""
+        return self.resume() if self.settings.resume else self.reset()
+
+    def last_step(self, total_steps: int) -> int:
+        """The step this call ends after: the last, or `stop_after_steps` if sooner."""
+        stop = self.settings.stop_after_steps
+        return total_steps if stop is None else min(total_steps, stop)
+
+    def save_due(self, step: int, last: int) -> bool:
+        """Whether to checkpoint after `step`: every `save_every` steps, at the end, on time."""
+        return (
+            step % self.settings.save_every == 0
+            or step == last
+            or self.due(self.settings.save_every_minutes)
+        )
 
     def checkpoints(self) -> list[tuple[int, Path]]:
         found = []
@@ -322,21 +343,22 @@ class TrainResult:
 def finish(
     accelerator: Accelerator,
     net: nn.Module,
-    run: RunDir,
+    out: CheckpointDir,
     step: int,
     total_steps: int,
-    config: Any,
+    settings: dict[str, Any],
     tokenizer: Any,
 ) -> TrainResult:
-    """Hand back the unwrapped model; once the run is complete, merge LoRA and save it."""
+    """Hand back the unwrapped model; once the run is complete, merge LoRA and save it with
+    `settings` (what it trained with: `settings.settings_record`) as `train_config.json`."""
     accelerator.wait_for_everyone()
     model = accelerator.unwrap_model(net).model
     if step >= total_steps:
         model = finish_model(model)
-        if config.save_final_model and accelerator.is_main_process:
-            out = run.root / "model"
-            save_model(model, out, tokenizer)
-            config_json = json.dumps(asdict(config), indent=2, default=list)
-            (out / "train_config.json").write_text(config_json)
+        if out.settings.save_final_model and accelerator.is_main_process:
+            final = out.root / "model"
+            save_model(model, final, tokenizer)
+            config_json = json.dumps(settings, indent=2, default=list)
+            (final / "train_config.json").write_text(config_json)
     accelerator.wait_for_everyone()
-    return TrainResult(model=model, history=list(run.history), step=step, output_dir=run.root)
+    return TrainResult(model=model, history=list(out.history), step=step, output_dir=out.root)

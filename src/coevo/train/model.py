@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from coevo.train.losses import sequence_logps, token_logps
+from coevo.train.settings import Compute, Lora
 
 # Config fields that make the LM head more than a linear layer; such models take the plain path.
 _HEAD_EXTRAS = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
@@ -68,27 +69,25 @@ def add_lora(
     except ValueError as e:
         raise ValueError(
             f"LoRA target modules {names} do not match this model ({e}); set "
-            "lora_target_modules to names of its linear layers, e.g. ['q_proj', 'v_proj']."
+            "lora.target_modules to names of its linear layers, e.g. ['q_proj', 'v_proj']."
         ) from None
 
 
-def trainable(model: Any, config: Any) -> nn.Module:
-    """The model to train, as a config asks: loaded, checkpointed, LoRA-wrapped.
-
-    `config` is an SftConfig or DpoConfig (fields gradient_checkpointing and lora_*).
-    """
+def trainable(model: Any, compute: Compute, lora: Lora) -> nn.Module:
+    """The model to train, as the settings ask: loaded, checkpointed, LoRA-wrapped, with only
+    the top `compute.train_layers` decoder layers learning when that is set."""
     model = load_model(model)
-    if config.gradient_checkpointing:
+    if compute.gradient_checkpointing:
         # Non-reentrant: works with frozen inputs (LoRA) and needs no input-grad hooks.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    top = top_layers(model, config.train_layers) if config.train_layers > 0 else None
-    if config.lora_r > 0:
+    top = top_layers(model, compute.train_layers) if compute.train_layers > 0 else None
+    if lora.r > 0:
         model = add_lora(
             model,
-            r=config.lora_r,
-            alpha=config.lora_alpha,
-            dropout=config.lora_dropout,
-            target_modules=config.lora_target_modules,
+            r=lora.r,
+            alpha=lora.alpha,
+            dropout=lora.dropout,
+            target_modules=lora.target_modules,
             layers=top,
         )
     elif top is not None:
@@ -109,7 +108,7 @@ def top_layers(model: nn.Module, n: int) -> list[int]:
     if layers is None:
         raise ValueError(
             "train_layers needs a decoder with a `layers` list (Llama, Qwen, Mistral, ...); "
-            "set train_layers: 0 to train every layer of this model."
+            "set compute.train_layers: 0 to train every layer of this model."
         )
     if n > len(layers):
         raise ValueError(f"train_layers={n} but the model has {len(layers)} decoder layers.")
