@@ -203,3 +203,58 @@ def test_template_that_rewrites_content_is_refused():
     )
     with pytest.raises(RenderError, match="alters the assistant's text"):
         render(trajectory(), tok)
+
+
+def sampled_turn(tokenizer, text: str, ids: list[int]) -> Turn:
+    logprobs = tuple(-0.25 * (i + 1) for i in range(len(ids)))
+    return Turn("assistant", text, token_ids=tuple(ids), logprobs=logprobs)
+
+
+def test_sampled_ids_are_rendered_as_sampled_in_the_context_they_were_sampled_in(tokenizer):
+    traj = trajectory()
+    eot = tokenizer.convert_tokens_to_ids(END_OF_TURN[tokenizer.family])
+    # Ids that are not the tokenisation of the turn's text: what the policy sampled wins.
+    other = tokenizer.encode("Thought: I sampled this.", add_special_tokens=False)
+    turns = list(traj.turns)
+    turns[1] = sampled_turn(tokenizer, turns[1].text, [*other, eot])  # it ended its own turn
+    turns[3] = sampled_turn(tokenizer, turns[3].text, other[:3])  # a stop string cut it
+    sampled = Trajectory(traj.task, "t", tuple(turns), 1.0, True, False, traj.steps)
+    out = render(sampled, tokenizer)
+    spans = masked_spans(out.input_ids, out.action_mask)
+    assert spans[:2] == [[*other, eot], other[:3]]
+    assert [tokenizer.decode(s) for s in spans[2:]] == [
+        expected_agent_text(tokenizer, t) for t in sampled.agent_texts[2:]
+    ]
+    # The cut turn is closed by the template's marker, which nothing sampled: not learned.
+    ends = [
+        i for i in range(1, len(out.action_mask)) if out.action_mask[i - 1] > out.action_mask[i]
+    ]
+    assert (out.input_ids[ends[1]], out.action_mask[ends[1]]) == (eot, 0)
+    assert out.sampled_logprobs is None  # not every agent turn kept its log-probs
+    # Every generation prompt is still a prefix of the training ids, and the incremental
+    # conversation the rollout keeps builds the same prompts.
+    conv = Conversation(tokenizer)
+    for k, turn in enumerate(turns):
+        if turn.role == "assistant":
+            prompt = render_prompt(turns[:k], tokenizer)
+            assert out.input_ids[: len(prompt)] == prompt == conv.prompt_ids()
+        conv.append(turn)
+
+
+def test_sampled_logprobs_line_up_with_the_agent_tokens(tokenizer):
+    traj = trajectory()
+    turns = [
+        sampled_turn(tokenizer, t.text, tokenizer.encode(t.text, add_special_tokens=False))
+        if t.role == "assistant"
+        else t
+        for t in traj.turns
+    ]
+    out = render(Trajectory(traj.task, "t", tuple(turns), 1.0, True, False, 4), tokenizer)
+    assert out.sampled_logprobs is not None
+    assert len(out.sampled_logprobs) == len(out.input_ids)
+    learned = [lp for lp, m in zip(out.sampled_logprobs, out.action_mask, strict=True) if m]
+    assert learned == [lp for t in turns if t.role == "assistant" for lp in t.logprobs]
+    assert all(
+        lp == 0.0 for lp, m in zip(out.sampled_logprobs, out.action_mask, strict=True) if not m
+    )
+    assert render(traj, tokenizer).sampled_logprobs is None  # turns without sampled ids

@@ -63,7 +63,7 @@ def test_continuous_batching_finishes_every_episode_exactly_once(tokenizer):
         return made[-1]
 
     trajectories = rollout(policy, factory, tasks, samples=3, batch_size=5, progress=False)
-    assert [(t.task.id, t.metadata["sample"]) for t in trajectories] == [
+    assert [(t.task.id, t.sample) for t in trajectories] == [
         (task.id, k) for task in tasks for k in range(3)
     ]
     assert all(t.reward == 1.0 and t.terminated for t in trajectories)
@@ -217,3 +217,32 @@ def test_sessions_survive_rows_leaving_the_batch(nano_model_dir):
     assert [c.token_ids for c in again] == [c.token_ids for c in fresh]
     for a, b in zip(again, fresh, strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-9)
+
+
+def test_sampled_ids_and_logprobs_reach_the_trajectory_and_match_a_fresh_forward(nano_model_dir):
+    """What GRPO needs: the trajectory keeps what was sampled, and a forward pass over the
+    rendered ids gives back the log-probs the policy sampled with (no re-tokenisation drift)."""
+    import torch
+
+    from coevo.policy.hf import HFPolicy
+    from coevo.render import render
+
+    policy = HFPolicy(nano_model_dir, dtype="float64")
+    tasks = ToyEnv().tasks("train")[:3]
+    sampling = Sampling(temperature=1.0, max_new_tokens=8, logprobs=True)
+    out = rollout(policy, ToyEnv, tasks, sampling=sampling, samples=2, batch_size=4,
+                  progress=False)  # fmt: skip
+    assert [t.sample for t in out] == [0, 1] * 3
+    for traj in out:
+        agent = [t for t in traj.turns if t.role == "assistant"]
+        assert agent and all(t.token_ids and len(t.logprobs) == len(t.token_ids) for t in agent)
+        rendered = render(traj, policy.tokenizer)
+        learned = [i for i, m in zip(rendered.input_ids, rendered.action_mask, strict=True) if m]
+        assert learned == [i for t in agent for i in t.token_ids]
+        ids = torch.tensor([rendered.input_ids])
+        with torch.no_grad():
+            logits = policy.model(input_ids=ids).logits[0, :-1]  # (seq - 1, vocab)
+        fresh = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
+        mask = torch.tensor(rendered.action_mask[1:], dtype=torch.bool)
+        sampled = torch.tensor(rendered.sampled_logprobs[1:], dtype=torch.float64)
+        torch.testing.assert_close(fresh[mask], sampled[mask], rtol=0, atol=1e-6)

@@ -62,7 +62,7 @@ def test_trajectories_and_pairs_round_trip(tmp_path):
         assert store.iterations() == [1]
     with Store(tmp_path / "run") as reopened:
         assert reopened.trajectories(agent="target") == trajs
-        assert reopened.run == "run"
+        assert reopened.label == "run"
 
 
 def test_a_failing_batch_leaves_no_trace(tmp_path):
@@ -250,3 +250,40 @@ def test_stage_rows_counts_a_stage_and_its_splits_only(tmp_path):
         assert store.stage_rows("eval-1") == 3
         assert store.stage_rows("eval-10") == 1
         assert store.stage_rows("eval-2") == 0
+
+
+def sampled_trajectory(i: int, sample: int) -> Trajectory:
+    plain = make_trajectory(i, 0.5)
+    turns = tuple(
+        Turn(t.role, t.text, token_ids=(i, 7, 9), logprobs=(-0.5, -1.25, -2.0))
+        if t.role == "assistant"
+        else t
+        for t in plain.turns
+    )
+    return Trajectory(plain.task, "target", turns, 0.5, True, False, 2, plain.metadata, sample)
+
+
+def test_sampled_tokens_and_sample_indices_survive_the_store_and_exports(tmp_path):
+    trajs = [sampled_trajectory(i, sample=i % 2) for i in range(4)]
+    with Store(tmp_path / "run") as store:
+        store.add_trajectories(trajs, iteration=1)
+        assert store.trajectories() == trajs
+        assert [t.sample for t in store.trajectories()] == [0, 1, 0, 1]
+        export(store, "jsonl", tmp_path / "jsonl")
+        lines = read_jsonl(tmp_path / "jsonl" / "trajectories.jsonl")
+        assert [Trajectory.from_dict(d) for d in lines] == trajs
+        export(store, "parquet", tmp_path / "pq")
+        assert read_parquet_trajectories(tmp_path / "pq" / "trajectories.parquet") == trajs
+
+
+def test_a_store_from_before_the_sample_column_is_brought_up_to_date(tmp_path):
+    import sqlite3
+
+    old = make_trajectory(0, 0.5).with_metadata(sample=3)  # where the index used to live
+    with Store(tmp_path) as store:
+        store.add_trajectories([old])
+    with sqlite3.connect(tmp_path / "store.sqlite") as db:
+        db.execute("ALTER TABLE trajectories DROP COLUMN sample")
+    with Store(tmp_path, create=False) as store:
+        (back,) = store.trajectories()
+    assert back.sample == 3 and back.turns == old.turns

@@ -2,8 +2,9 @@
 
 - `jsonl`: `trajectories.jsonl` and `pairs.jsonl`, one `to_dict()` per line plus the row `id`
   and `iteration`; `Trajectory.from_dict` / `Pair.from_dict` read the lines back unchanged.
-- `parquet`: `trajectories.parquet` (flat columns, `turns` as a list of role/text structs) and
-  `pairs.parquet` (chosen and rejected as trajectory JSON); `read_parquet_*` read them back.
+- `parquet`: `trajectories.parquet` (flat columns, `turns` as a list of role/text structs with
+  the sampled `token_ids` and `logprobs` where a turn kept them) and `pairs.parquet` (chosen and
+  rejected as trajectory JSON); `read_parquet_*` read them back.
 - `sharegpt`: `sharegpt.json`, a JSON array of `{"id", "conversations": [{"from": "human" |
   "gpt" | "system", "value"}], ...}` as in ETO's data files, one item per trajectory.
 - `trl-dpo`: `trl_dpo.jsonl`, TRL's conversational preference layout: `prompt` (the messages
@@ -133,7 +134,14 @@ def write_parquet_trajectories(rows: list[StoredTrajectory], path: Path) -> Path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    turn = pa.struct([("role", pa.string()), ("text", pa.string())])
+    turn = pa.struct(
+        [
+            ("role", pa.string()),
+            ("text", pa.string()),
+            ("token_ids", pa.list_(pa.int64())),
+            ("logprobs", pa.list_(pa.float64())),
+        ]
+    )
     t = [s.trajectory for s in rows]
     table = pa.table(
         {
@@ -151,6 +159,7 @@ def write_parquet_trajectories(rows: list[StoredTrajectory], path: Path) -> Path
             "terminated": pa.array([x.terminated for x in t], pa.bool_()),
             "truncated": pa.array([x.truncated for x in t], pa.bool_()),
             "steps": pa.array([x.steps for x in t], pa.int64()),
+            "sample": pa.array([x.sample for x in t], pa.int64()),
             "turns": pa.array([[u.to_dict() for u in x.turns] for x in t], pa.list_(turn)),
             "metadata": pa.array(
                 [json.dumps(x.metadata, ensure_ascii=False) for x in t], pa.string()
@@ -176,6 +185,7 @@ def read_parquet_trajectories(path: Path | str) -> list[Trajectory]:
             truncated=r["truncated"],
             steps=r["steps"],
             metadata=json.loads(r["metadata"]),
+            sample=r.get("sample") or 0,
         )
         for r in pq.read_table(path).to_pylist()
     ]

@@ -13,6 +13,13 @@ own, so no sample is ever dropped for a re-tokenisation mismatch: the ids are, b
 the concatenation of the pieces. Generation prompts end with the template's generation header,
 which must be exactly the header of an assistant piece (checked, with a clear error if not).
 
+Sampled ids: an agent turn that carries the ids the policy sampled (`Turn.token_ids`) is
+rendered as header | sampled ids | end-of-turn | after, the sampled ids learned (mask 1) as
+they are, the end-of-turn only when the policy did not sample it itself (then mask 0: nothing
+was sampled there). The rollout builds its next prompt from the same pieces, so the ids a
+trainer sees are exactly those the policy sampled, in exactly the context it sampled them in,
+and `Rendered.sampled_logprobs` lines their log-probs up with them (no re-tokenisation drift).
+
 Context budget (`max_length`): the leading system/instruction turns and the newest
 action/observation exchange are always kept; the oldest (assistant, user) turn pairs in between
 are dropped first. A conversation whose kept turns alone exceed the budget raises
@@ -46,14 +53,29 @@ class Rendered:
     """Same length as `input_ids`; 1 exactly on the agent's text and its end-of-turn token."""
     dropped_turns: int = 0
     """How many turns the context budget left out (always whole assistant/user pairs)."""
+    sampled_logprobs: list[float] | None = None
+    """Same length as `input_ids`: the log-prob each agent token was sampled with, 0.0 on
+    every other token; None unless every kept agent turn carries its sampled log-probs."""
 
 
 @dataclass(frozen=True)
 class _Piece:
-    """One message's tokens: `ids` and `mask` as it sits in the conversation."""
+    """One message's tokens: `ids` and `mask` as it sits in the conversation, and the
+    sampled log-probs of its ids (None: an agent turn that did not keep them)."""
 
     ids: list[int]
     mask: list[int]
+    logprobs: list[float] | None
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A stretch of a piece: text to tokenise, or ids the policy sampled (with log-probs)."""
+
+    text: str = ""
+    learn: int = 0
+    ids: tuple[int, ...] | None = None
+    logprobs: tuple[float, ...] | None = None
 
 
 def _messages(turns: Sequence[Turn]) -> list[dict[str, str]]:
@@ -73,6 +95,7 @@ class _Template:
         self.source = tokenizer.chat_template
         self.variables = dict(getattr(tokenizer, "special_tokens_map", {}) or {})
         self.special = _special_strings(tokenizer)
+        self._encoded: dict[str, list[int]] = {}
         try:
             from transformers.utils.chat_template_utils import _compile_jinja_template
 
@@ -90,6 +113,12 @@ class _Template:
         return self.compiled.render(
             messages=messages, add_generation_prompt=generation, **self.variables
         )
+
+    def encoded(self, text: str) -> list[int]:
+        """The ids of `text` alone (e.g. an end-of-turn marker), tokenised once."""
+        if text not in self._encoded:
+            self._encoded[text] = _encode_many(self.tokenizer, [text])[0] if text else []
+        return self._encoded[text]
 
     @classmethod
     def of(cls, tokenizer: Any) -> _Template:
@@ -145,7 +174,7 @@ class Conversation:
         self.turns: list[Turn] = []
         self._messages: list[dict[str, str]] = []
         self._pieces: list[_Piece] = []
-        self._pending: list[list[tuple[str, int]]] = []  # (text, learn) parts not yet tokenised
+        self._pending: list[tuple[list[_Part], bool]] = []  # (parts, keeps log-probs) to tokenise
         self._text = ""  # the templated text of all turns so far
         self._header: list[int] | None = None  # generation header ids after the last turn
         self.extend(turns)
@@ -165,29 +194,36 @@ class Conversation:
             )
         piece_text = text[len(self._text) :]
         if turn.role == "assistant":
-            parts = self._assistant_parts(piece_text, turn.text)
+            parts = self._assistant_parts(piece_text, turn)
         else:
-            parts = [(piece_text, 0)]  # what the agent was shown: never learned
+            parts = [_Part(piece_text)]  # what the agent was shown: never learned
         self.turns.append(turn)
         self._messages = messages
-        self._pending.append(parts)
+        keeps = turn.role != "assistant" or turn.logprobs is not None
+        self._pending.append((parts, keeps))
         self._text = text
         self._header = None
 
     def _flush(self) -> None:
         if not self._pending:
             return
-        texts = [text for parts in self._pending for text, _ in parts if text]
+        texts = [p.text for parts, _ in self._pending for p in parts if p.ids is None and p.text]
         encoded = iter(_encode_many(self.tokenizer, texts))
-        for parts in self._pending:
+        for parts, keeps in self._pending:
             ids: list[int] = []
             mask: list[int] = []
-            for text, learn in parts:
-                if text:
+            logprobs: list[float] = []
+            for part in parts:
+                if part.ids is not None:
+                    part_ids = list(part.ids)
+                elif part.text:
                     part_ids = next(encoded)
-                    ids.extend(part_ids)
-                    mask.extend([learn] * len(part_ids))
-            self._pieces.append(_Piece(ids, mask))
+                else:
+                    continue
+                ids.extend(part_ids)
+                mask.extend([part.learn] * len(part_ids))
+                logprobs.extend(part.logprobs or [0.0] * len(part_ids))
+            self._pieces.append(_Piece(ids, mask, logprobs if keeps else None))
         self._pending.clear()
 
     def _generation_header(self) -> str:
@@ -200,7 +236,7 @@ class Conversation:
             )
         return with_header[len(self._text) :]
 
-    def _assistant_parts(self, piece_text: str, reply: str) -> list[tuple[str, int]]:
+    def _assistant_parts(self, piece_text: str, turn: Turn) -> list[_Part]:
         header = self._generation_header()
         if not piece_text.startswith(header):
             raise RenderError(
@@ -209,6 +245,7 @@ class Conversation:
                 "different text: use a template whose generation prompt matches."
             )
         body = piece_text[len(header) :]
+        reply = turn.text
         # Templates may trim the reply (Llama 3 does): find the text as the template wrote it.
         written = reply
         start = body.find(written)
@@ -223,9 +260,31 @@ class Conversation:
         before, after = body[:start], body[start + len(written) :]
         end_of_turn = next((s for s in self._template.special if after.startswith(s)), "")
         after = after[len(end_of_turn) :]
+        if turn.token_ids is not None:
+            return self._sampled_parts(header, turn, end_of_turn, after)
         # The agent learns its text and the marker that ends its turn (so it learns to stop);
         # the header, anything the template adds around the text, and what follows are given.
-        return [(header, 0), (before, 0), (written, 1), (end_of_turn, 1), (after, 0)]
+        return [
+            _Part(header),
+            _Part(before),
+            _Part(written, learn=1),
+            _Part(end_of_turn, learn=1),
+            _Part(after),
+        ]
+
+    def _sampled_parts(self, header: str, turn: Turn, end_of_turn: str, after: str) -> list[_Part]:
+        """The parts of an agent turn from the ids the policy sampled right after `header`.
+
+        Whatever the template writes between the header and the text never reached the
+        policy, so it is left out. The end-of-turn marker closes the turn as the template
+        does; added (mask 0: not sampled) only when the sampled ids do not already end with it.
+        """
+        sampled = tuple(turn.token_ids or ())
+        parts = [_Part(header), _Part(ids=sampled, learn=1, logprobs=turn.logprobs)]
+        end_ids = tuple(self._template.encoded(end_of_turn))
+        if end_ids and sampled[-len(end_ids) :] != end_ids:
+            parts.append(_Part(ids=end_ids))
+        return [*parts, _Part(after)]
 
     # -- assembling under the budget --------------------------------------------------
 
@@ -266,10 +325,17 @@ class Conversation:
         kept, dropped = self._kept(max_length, 0)
         ids: list[int] = []
         mask: list[int] = []
+        logprobs: list[float] | None = []
         for k in kept:
-            ids.extend(self._pieces[k].ids)
-            mask.extend(self._pieces[k].mask)
-        return Rendered(ids, mask, dropped)
+            piece = self._pieces[k]
+            ids.extend(piece.ids)
+            mask.extend(piece.mask)
+            if logprobs is not None and piece.logprobs is not None:
+                logprobs.extend(piece.logprobs)
+            else:
+                logprobs = None
+        has_agent = any(self.turns[k].role == "assistant" for k in kept)
+        return Rendered(ids, mask, dropped, logprobs if has_agent else None)
 
     def prompt_ids(self, max_length: int | None = None) -> list[int]:
         """Ids of the generation prompt: kept turns, then the assistant header."""

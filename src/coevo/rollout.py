@@ -26,7 +26,7 @@ from typing import Any
 from coevo.envs.base import Env, StepResult
 from coevo.envs.episode import observation_message, opening_message
 from coevo.envs.react import parse
-from coevo.policy.base import Policy, Sampling
+from coevo.policy.base import Completion, Policy, Sampling
 from coevo.render import ContextTooLongError, Conversation
 from coevo.trajectory import Task, Trajectory, Turn
 
@@ -169,7 +169,7 @@ def rollout(
             )
             for ep, completion in zip(waiting, completions, strict=True):
                 ep.truncated_by_lengths += completion.finish_reason == "length"
-                if _advance(pool, ep, completion.text):
+                if _advance(pool, ep, completion):
                     finished.append(ep)
             bar.steps(len(waiting))
             for ep in finished:
@@ -207,9 +207,20 @@ def _start(
     return _Episode(index, task, sample, ep_seed, env, conversation)
 
 
-def _advance(pool: EnvPool, ep: _Episode, reply: str) -> bool:
+def _agent_turn(completion: Completion) -> Turn:
+    """The reply as a turn, with the ids the policy sampled and their log-probs when it gave
+    them: the conversation then continues from exactly those ids (see `coevo.render`)."""
+    ids = completion.token_ids
+    logprobs = completion.logprobs
+    if ids is None or (logprobs is not None and len(logprobs) != len(ids)):
+        return Turn("assistant", completion.text)
+    return Turn("assistant", completion.text, token_ids=ids, logprobs=logprobs)
+
+
+def _advance(pool: EnvPool, ep: _Episode, completion: Completion) -> bool:
     """Step the env with the reply and record both turns; True when the episode is over."""
-    ep.conversation.append(Turn("assistant", reply))
+    reply = completion.text
+    ep.conversation.append(_agent_turn(completion))
     ep.steps += 1
     try:
         ep.last = ep.env.step(reply)
@@ -241,10 +252,10 @@ def _trajectory(ep: _Episode, agent: str, meta: dict[str, Any]) -> Trajectory:
         # Cut short by the context or a crashed env counts as truncated: the task did not end.
         truncated=bool(last.truncated) if ended_by_env else True,
         steps=ep.steps,
+        sample=ep.sample,
         metadata={
             **meta,
             "seed": ep.seed,
-            "sample": ep.sample,
             "replies_cut_by_max_new_tokens": ep.truncated_by_lengths,
             "format_errors": ep.format_errors,
             "invalid_actions": ep.invalid_actions,

@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS trajectories (
     env TEXT NOT NULL,
     task TEXT NOT NULL,
     split TEXT NOT NULL,
+    sample INTEGER NOT NULL DEFAULT 0,
     reward REAL NOT NULL,
     terminated INTEGER NOT NULL,
     truncated INTEGER NOT NULL,
@@ -80,6 +81,12 @@ CREATE TABLE IF NOT EXISTS pairs (
 );
 CREATE INDEX IF NOT EXISTS pairs_by_iteration ON pairs (iteration, kind);
 """
+
+
+# What a trajectory row is read back from, in `_row_to_stored`'s order.
+_TRAJECTORY_COLUMNS = (
+    "id, iteration, agent, env, task, sample, reward, terminated, truncated, steps, turns, metadata"
+)
 
 
 class StoreError(Exception):
@@ -127,9 +134,9 @@ def store_path(path: Path | str) -> Path:
 
 
 class Store:
-    """A run's SQLite store; `run` names the run in every row (default: the directory name)."""
+    """A run's SQLite store; `label` names the run in every row (default: the directory name)."""
 
-    def __init__(self, path: Path | str, *, run: str | None = None, create: bool = True) -> None:
+    def __init__(self, path: Path | str, *, label: str | None = None, create: bool = True) -> None:
         self.path = store_path(path)
         if not self.path.exists():
             if not create:
@@ -138,7 +145,7 @@ class Store:
                     "has written to."
                 )
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.run = run or self.path.parent.name
+        self.label = label or self.path.parent.name
         # Autocommit mode: each batch opens its own explicit transaction below.
         self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
         try:
@@ -148,6 +155,7 @@ class Store:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
                 self._db.execute("PRAGMA foreign_keys=ON")
+                self._migrate()
                 self._db.executescript(SCHEMA)
         except BaseException:
             self._db.close()
@@ -168,6 +176,18 @@ class Store:
                 "which keeps finished stages whose outputs are on disk and runs again the "
                 "stages whose rows it held."
             ) from None
+
+    def _migrate(self) -> None:
+        """Bring a store written by an earlier coevo up to SCHEMA (columns added since)."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(trajectories)")}
+        if columns and "sample" not in columns:
+            with self._transaction() as db:
+                db.execute("ALTER TABLE trajectories ADD COLUMN sample INTEGER NOT NULL DEFAULT 0")
+                # The sample index used to live in the metadata.
+                db.execute(
+                    "UPDATE trajectories SET sample = json_extract(metadata, '$.sample') "
+                    "WHERE json_extract(metadata, '$.sample') IS NOT NULL"
+                )
 
     # -- writing ----------------------------------------------------------------------
 
@@ -209,16 +229,17 @@ class Store:
         for t in trajectories:
             cursor = db.execute(
                 "INSERT INTO trajectories (run, iteration, stage, agent, env, task, split, "
-                "reward, terminated, truncated, steps, turns, metadata, content, created) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "sample, reward, terminated, truncated, steps, turns, metadata, content, "
+                "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    self.run,
+                    self.label,
                     iteration,
                     stage,
                     t.agent,
                     t.task.env,
                     t.task.id,
                     t.task.split,
+                    int(t.sample),
                     float(t.reward),
                     int(t.terminated),
                     int(t.truncated),
@@ -254,7 +275,7 @@ class Store:
                     "INSERT INTO pairs (run, iteration, stage, kind, chosen, rejected, weight, "
                     "sft_weight, metadata, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
-                        self.run,
+                        self.label,
                         iteration,
                         stage,
                         pair.kind,
@@ -303,10 +324,7 @@ class Store:
             if value is not None:
                 where.append(f"{column} {op} ?")
                 args.append(value)
-        sql = (
-            "SELECT id, iteration, agent, env, task, reward, terminated, truncated, steps, "
-            "turns, metadata FROM trajectories"
-        )
+        sql = f"SELECT {_TRAJECTORY_COLUMNS} FROM trajectories"
         if where:
             sql += " WHERE " + " AND ".join(where)
         with self._guard():
@@ -317,7 +335,8 @@ class Store:
 
     @staticmethod
     def _row_to_stored(row: tuple, tasks: dict[tuple[str, str], Task]) -> StoredTrajectory:
-        id_, iteration, agent, env, task, reward, terminated, truncated, steps, turns, meta = row
+        id_, iteration, agent, env, task, sample, reward, terminated, truncated, steps = row[:10]
+        turns, meta = row[10:]
         trajectory = Trajectory(
             task=tasks[(env, task)],
             agent=agent,
@@ -327,6 +346,7 @@ class Store:
             truncated=bool(truncated),
             steps=steps,
             metadata=json.loads(meta),
+            sample=sample,
         )
         return StoredTrajectory(id_, iteration, trajectory)
 
@@ -361,8 +381,8 @@ class Store:
         for start in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
             chunk = ids[start : start + 500]
             rows = self._db.execute(
-                "SELECT id, iteration, agent, env, task, reward, terminated, truncated, steps, "
-                f"turns, metadata FROM trajectories WHERE id IN ({','.join('?' * len(chunk))})",
+                f"SELECT {_TRAJECTORY_COLUMNS} FROM trajectories "
+                f"WHERE id IN ({','.join('?' * len(chunk))})",
                 chunk,
             )
             for row in rows:

@@ -2,6 +2,11 @@
 
 All four are frozen dataclasses with a lossless JSON round-trip (`to_dict` / `from_dict`,
 `to_json` / `from_json`), so the store, the exporters and the tests agree on one shape.
+
+A trajectory played by a policy that returned its tokens keeps, on each agent turn, the token
+ids it sampled and their log-probs: `coevo.render` then trains on exactly those ids, lined up
+with their log-probs (what policy-gradient training needs), rather than on a re-tokenisation
+of the text.
 """
 
 from __future__ import annotations
@@ -12,6 +17,12 @@ from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant")
+SUCCESS = 1.0
+"""The reward of a solved task: anything below is a failure (both papers)."""
+
+
+def is_success(reward: float) -> bool:
+    return reward >= SUCCESS
 
 
 @dataclass(frozen=True)
@@ -55,17 +66,43 @@ class Turn:
 
     role: Role
     text: str
+    token_ids: tuple[int, ...] | None = None
+    """The ids the policy sampled for this reply (agent turns only; None: not kept), from the
+    first generated token to the last, an end-of-turn token or a stop string's included. They
+    belong to the sampling policy's tokenizer."""
+    logprobs: tuple[float, ...] | None = None
+    """The log-prob of each of `token_ids` under the sampling policy (temperature 1)."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"Turn role must be one of {ROLES}, got {self.role!r}.")
+        if self.token_ids is not None:
+            if self.role != "assistant":
+                raise ValueError("Only an agent (assistant) turn carries sampled token ids.")
+            object.__setattr__(self, "token_ids", tuple(int(i) for i in self.token_ids))
+        if self.logprobs is not None:
+            logprobs = tuple(float(x) for x in self.logprobs)
+            if self.token_ids is None or len(logprobs) != len(self.token_ids):
+                raise ValueError("A turn's logprobs need its token_ids, one log-prob per id.")
+            object.__setattr__(self, "logprobs", logprobs)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "text": self.text}
+        d: dict[str, Any] = {"role": self.role, "text": self.text}
+        if self.token_ids is not None:
+            d["token_ids"] = list(self.token_ids)
+        if self.logprobs is not None:
+            d["logprobs"] = list(self.logprobs)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Turn:
-        return cls(role=d["role"], text=str(d["text"]))
+        ids, logprobs = d.get("token_ids"), d.get("logprobs")
+        return cls(
+            role=d["role"],
+            text=str(d["text"]),
+            token_ids=tuple(ids) if ids is not None else None,
+            logprobs=tuple(logprobs) if logprobs is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -85,10 +122,12 @@ class Trajectory:
     steps: int
     metadata: dict[str, Any] = field(default_factory=dict, hash=False)
     """Free-form: sampling settings, seed, the env's final `info` (reward breakdown), errors."""
+    sample: int = 0
+    """Which of the samples of its task in one rollout this episode is (0: the first)."""
 
     @property
     def success(self) -> bool:
-        return self.reward >= 1.0
+        return is_success(self.reward)
 
     @property
     def agent_texts(self) -> list[str]:
@@ -106,6 +145,7 @@ class Trajectory:
             "terminated": self.terminated,
             "truncated": self.truncated,
             "steps": self.steps,
+            "sample": self.sample,
             "metadata": self.metadata,
         }
 
@@ -120,6 +160,7 @@ class Trajectory:
             truncated=bool(d["truncated"]),
             steps=int(d["steps"]),
             metadata=dict(d.get("metadata") or {}),
+            sample=int(d.get("sample", 0)),
         )
 
     def to_json(self) -> str:

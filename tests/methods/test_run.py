@@ -78,7 +78,7 @@ def test_failure_agent_stores_explorations_and_pairs(failure_run):
             for agent in ("target", "failure"):
                 rows = store.trajectories(stage=f"explore-{i}-{agent}")
                 # 8 train tasks x 2 samples, each (task, sample) exactly once.
-                keys = [(t.task.id, t.metadata["sample"]) for t in rows]
+                keys = [(t.task.id, t.sample) for t in rows]
                 assert len(keys) == 16 and len(set(keys)) == 16
         failure_pairs = store.pairs(stage="dpo-1-failure")
         target_pairs = store.pairs(stage="dpo-1-target")
@@ -193,9 +193,7 @@ def test_resume_after_kill_mid_iteration(tmp_path):
         ).fetchall()
     assert set(committed) <= set(rows)  # nothing committed was lost
     with Store(run, create=False) as store:
-        keys = [
-            (t.task.id, t.metadata["sample"]) for t in store.trajectories(stage="explore-1-target")
-        ]
+        keys = [(t.task.id, t.sample) for t in store.trajectories(stage="explore-1-target")]
     assert len(keys) == len(set(keys)) == 16
     assert "eval-1" in after
 

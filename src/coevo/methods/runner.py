@@ -57,7 +57,7 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
         pipeline = Pipeline(out, to_dict(config), quiet=quiet)
         save(config, out / "config.yaml")
         try:
-            store = Store(out, run=config.label)
+            store = Store(out, label=config.label)
         except StoreError as exc:  # a damaged store makes the directory unusable as it is
             raise RunDirError(str(exc)) from None
         # A finished stage whose trajectories are not in the store (moved aside) runs again.

@@ -210,9 +210,7 @@ def explore(
     )
 
     def stage(_: Path) -> dict[str, Any]:
-        done = {
-            (t.task.id, t.metadata.get("sample", 0)) for t in run.store.trajectories(stage=name)
-        }
+        done = {(t.task.id, t.sample) for t in run.store.trajectories(stage=name)}
         todo = [task for task in tasks if any((task.id, k) not in done for k in range(samples))]
         if todo:
             agent_policy = policy(run, model_dir, agent)
@@ -230,7 +228,7 @@ def explore(
                     max_length=run.config.model.max_length,
                     description=f"{name} {start + len(chunk)}/{len(todo)}",
                 )
-                fresh = [t for t in played if (t.task.id, t.metadata.get("sample", 0)) not in done]
+                fresh = [t for t in played if (t.task.id, t.sample) not in done]
                 run.store.add_trajectories(fresh, iteration=iteration, stage=name)
         played = run.store.trajectories(stage=name)
         stats = episode_stats(played)
