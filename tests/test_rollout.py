@@ -246,3 +246,12 @@ def test_sampled_ids_and_logprobs_reach_the_trajectory_and_match_a_fresh_forward
         mask = torch.tensor(rendered.action_mask[1:], dtype=torch.bool)
         sampled = torch.tensor(rendered.sampled_logprobs[1:], dtype=torch.float64)
         torch.testing.assert_close(fresh[mask], sampled[mask], rtol=0, atol=1e-6)
+
+
+def test_the_session_capability_is_part_of_the_contract(nano_model_dir, tokenizer):
+    from coevo.policy.base import Policy, SessionPolicy
+    from coevo.policy.hf import HFPolicy
+
+    scripted = ScriptedPolicy(tokenizer)
+    assert isinstance(scripted, Policy) and not isinstance(scripted, SessionPolicy)
+    assert isinstance(HFPolicy(nano_model_dir), SessionPolicy)

@@ -7,7 +7,7 @@ whole batch, then each env steps. Finished episodes leave and queued ones join a
 Prompts come from a `Conversation` per episode holding exactly the turns the Trajectory stores
 (`opening_message`, agent replies, `observation_message`), so generation and training see the
 same text; each round only the new turns are rendered and tokenised, and a policy with
-sessions (HFPolicy) keeps each episode's key/value cache, so the model only runs on the new
+sessions (a `SessionPolicy`, such as HFPolicy) keeps each episode's key/value cache, so the model only runs on the new
 tokens rather than the whole conversation again. Every episode has its own seed (from the
 rollout seed, the task id and the sample index) and every generation step its own derived
 seed, so a sampled episode does not depend on which others share its batch.
@@ -26,7 +26,7 @@ from typing import Any
 from coevo.envs.base import Env, StepResult
 from coevo.envs.episode import observation_message, opening_message
 from coevo.envs.react import parse
-from coevo.policy.base import Completion, Policy, Sampling
+from coevo.policy.base import Completion, Policy, Sampling, SessionPolicy
 from coevo.render import ContextTooLongError, Conversation
 from coevo.trajectory import Task, Trajectory, Turn
 
@@ -145,7 +145,7 @@ def rollout(
     meta = {"policy": policy.name, "sampling": sampling.to_dict(), "rollout_seed": seed}
     bar = _Progress(description, total, enabled=progress)
     # A policy that keeps per-episode caches (HFPolicy) only runs each step's new tokens.
-    reuse_cache = cache and callable(getattr(policy, "end_sessions", None))
+    sessions = policy if cache and isinstance(policy, SessionPolicy) else None
     token = object()  # session keys unique to this call, even when rollouts share a policy
     try:
         next_index = 0
@@ -163,10 +163,13 @@ def rollout(
                     ep.metadata["error"] = f"context: {exc}"
                     finished.append(ep)
             seeds = [step_seed(ep.seed, ep.steps) for ep in waiting]
-            extra = {"sessions": [(token, ep.index) for ep in waiting]} if reuse_cache else {}
-            completions = (
-                policy.generate(prompts, sampling, seeds=seeds, **extra) if prompts else []
-            )
+            if not prompts:
+                completions = []
+            elif sessions is not None:
+                keys = [(token, ep.index) for ep in waiting]
+                completions = sessions.generate(prompts, sampling, seeds=seeds, sessions=keys)
+            else:
+                completions = policy.generate(prompts, sampling, seeds=seeds)
             for ep, completion in zip(waiting, completions, strict=True):
                 ep.truncated_by_lengths += completion.finish_reason == "length"
                 if _advance(pool, ep, completion):
@@ -179,12 +182,12 @@ def rollout(
                 bar.done(results[ep.index].reward)
             gone = {id(ep) for ep in finished}
             live = [ep for ep in live if id(ep) not in gone]
-            if reuse_cache and finished:
-                policy.end_sessions([(token, ep.index) for ep in finished])
+            if sessions is not None and finished:
+                sessions.end_sessions([(token, ep.index) for ep in finished])
     finally:
         bar.close()
-        if reuse_cache:
-            policy.end_sessions([(token, ep.index) for ep in live])
+        if sessions is not None:
+            sessions.end_sessions([(token, ep.index) for ep in live])
         for ep in live:  # an exception mid-rollout: hand the envs back for the pool to close
             pool.release(ep.env)
         if pool is not envs:

@@ -74,15 +74,24 @@ def client(server, toy_agent_dir):
     return ServerPolicy(url, "toy", tokenizer=toy_agent_dir, max_context=1024)
 
 
+def texts_and_ids(trajectory) -> list[tuple]:
+    return [(t.role, t.text, t.token_ids) for t in trajectory.turns]
+
+
 def test_rollout_through_the_server_equals_the_local_policy(server, client):
     tasks = ToyEnv().tasks("test_seen")[:4]
     sampling = Sampling(max_new_tokens=24, logprobs=True)
     remote = rollout(client, ToyEnv, tasks, sampling=sampling, batch_size=4, progress=False)
     local = rollout(server.policy, ToyEnv, tasks, sampling=sampling, batch_size=4,
                     cache=False, progress=False)  # fmt: skip
-    assert [(t.turns, t.reward, t.steps) for t in remote] == [
-        (t.turns, t.reward, t.steps) for t in local
+    # The same episodes, sampled ids included; the log-probs agree to float rounding (the
+    # server prefills one prompt at a time, the local policy a padded batch of four).
+    assert [(texts_and_ids(t), t.reward, t.steps) for t in remote] == [
+        (texts_and_ids(t), t.reward, t.steps) for t in local
     ]
+    for r, m in zip(remote, local, strict=True):
+        for a, b in zip(r.turns, m.turns, strict=True):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-9)
     assert len(server.bodies) == sum(t.steps for t in remote) > len(tasks)  # one per step
     assert all(isinstance(b["prompt"], list) and b["prompt"] for b in server.bodies)
 

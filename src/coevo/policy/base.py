@@ -9,7 +9,7 @@ model is trained on must be exactly the text it generates from; an OpenAI-compat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -100,3 +100,24 @@ class Policy(Protocol):
         """One completion per prompt; `seeds` (one per prompt) make each row reproducible
         whatever else is in the batch."""
         ...
+
+
+@runtime_checkable
+class SessionPolicy(Policy, Protocol):
+    """A policy that can keep each episode's key/value cache between calls (`HFPolicy`).
+
+    With `sessions` (one key per prompt, e.g. an episode), a later prompt under the same key
+    that extends the tokens already seen runs the model on the new tokens only; the results
+    are the same as without sessions. `end_sessions` frees the caches of finished episodes.
+    """
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        sampling: Sampling,
+        *,
+        seeds: Sequence[int] | None = None,
+        sessions: Sequence[Hashable] | None = None,
+    ) -> list[Completion]: ...
+
+    def end_sessions(self, keys: Iterable[Hashable]) -> None: ...
