@@ -21,7 +21,7 @@ import pytest
 from coevo.envs import SPLITS, EnvError, EpisodeFinishedError
 from coevo.envs.episode import expert_trajectory
 from coevo.envs.react import FORMAT_ERROR
-from coevo.envs.sciworld import SciWorldEnv
+from coevo.envs.sciworld import SciWorldEnv, eto
 from coevo.envs.sciworld.manifest import GoldCache, GoldRecord
 from coevo.trajectory import Task
 
@@ -39,8 +39,27 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SciWorldEnv]:
     env.close()
 
 
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SciWorldEnv]:
+    env = SciWorldEnv(splits="sampled")
+    env.gold = GoldCache(tmp_path_factory.mktemp("sciworld-sampled") / "gold.jsonl")
+    yield env
+    env.close()
+
+
 def _task(env: SciWorldEnv, split: str, task_name: str) -> Task:
     return next(t for t in env.tasks(split) if t.data["task_name"] == task_name)
+
+
+def _fitting(env: SciWorldEnv, split: str, task_name: str) -> Task:
+    """The first task of a type whose gold path is no longer than its budget: under ETO's
+    budgets some are longer (all of grow-plant's, for one)."""
+    for t in env.tasks(split):
+        if t.data["task_name"] == task_name:
+            gold = env.sim.gold_actions(task_name, t.data["variation"], "easy")
+            if len(gold) <= t.data["max_steps"]:
+                return t
+    raise AssertionError(f"no {task_name} task in {split} whose gold path fits its budget")
 
 
 def _alive(pid: int) -> bool:
@@ -56,34 +75,46 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_splits_follow_the_protocol(env: SciWorldEnv) -> None:
+def test_splits_are_etos_lists_and_budgets(env: SciWorldEnv) -> None:
     splits = {s: env.tasks(s) for s in SPLITS}
+    assert {s: len(t) for s, t in splits.items()} == {
+        "train": 1483,
+        "test_seen": 194,
+        "test_unseen": 211,
+    }
     excluded_types = {name for name, t in env.types.items() if t["excluded"]}
-    assert len(excluded_types) == 2
-    seen_ids: set[str] = set()
+    assert len(excluded_types) == 6  # the 30 types less ETO's 24
     for split, tasks in splits.items():
-        assert tasks, split
-        ids = {t.id for t in tasks}
-        assert len(ids) == len(tasks) and not ids & seen_ids
-        seen_ids |= ids
-        names = {t.data["task_name"] for t in tasks}
-        assert not names & excluded_types
+        assert len({t.id for t in tasks}) == len(tasks)
+        assert {(t.data["task_name"], t.data["variation"]) for t in tasks} == {
+            (name, v) for name, vs in eto.variations(split).items() for v in vs
+        }
         for t in tasks:
-            assert 10 <= t.data["max_steps"] <= 120
+            assert t.data["max_steps"] == eto.MAX_STEPS[t.data["task_name"]]
             assert t.instruction.startswith("Your task is")
-        if split != "train":
-            per_type = {n: sum(t.data["task_name"] == n for t in tasks) for n in names}
-            assert max(per_type.values()) <= 10
-    # The same (type, variation) never appears in two splits: they come from disjoint sets.
-    keys = [(t.data["task_name"], t.data["variation"]) for s in SPLITS for t in splits[s]]
-    assert len(keys) == len(set(keys))
     # A split's first tasks cover different types (round-robin order).
     first = [t.data["task_name"] for t in splits["test_seen"][:5]]
     assert len(set(first)) == 5
 
 
+def test_sampled_splits_follow_coevos_own_draw(sampled: SciWorldEnv) -> None:
+    splits = {s: sampled.tasks(s) for s in SPLITS}
+    excluded_types = {name for name, t in sampled.types.items() if t["excluded"]}
+    assert len(excluded_types) == 2
+    for split, tasks in splits.items():
+        assert tasks, split
+        for t in tasks:
+            assert 10 <= t.data["max_steps"] <= 120
+        if split != "train":
+            per_type = {n: sum(t.data["task_name"] == n for t in tasks) for n in sampled.types}
+            assert max(per_type.values()) <= 10
+    # The same (type, variation) never appears in two splits: they come from disjoint sets.
+    keys = [(t.data["task_name"], t.data["variation"]) for s in SPLITS for t in splits[s]]
+    assert len(keys) == len(set(keys))
+
+
 def test_gold_path_replays_to_one(env: SciWorldEnv) -> None:
-    task = _task(env, "test_unseen", "find-living-thing")
+    task = _fitting(env, "test_unseen", "find-living-thing")
     trajectory = expert_trajectory(env, task)
     assert trajectory.reward == 1.0 and trajectory.terminated and not trajectory.truncated
     assert trajectory.agent_texts[0].startswith("Thought: ")
@@ -95,7 +126,7 @@ def test_gold_path_replays_to_one(env: SciWorldEnv) -> None:
 def test_replays_are_identical(env: SciWorldEnv) -> None:
     # The paint cups of the art studio are listed in random order by a stock JVM.
     assert env.sim.deterministic
-    task = _task(env, "test_seen", "chemistry-mix-paint-secondary-color")
+    task = _fitting(env, "test_seen", "chemistry-mix-paint-secondary-color")
     first, second = expert_trajectory(env, task), expert_trajectory(env, task)
     assert first.turns == second.turns and first.reward == second.reward == 1.0
 
@@ -126,7 +157,7 @@ def test_step_budget_truncates_and_then_raises(env: SciWorldEnv) -> None:
 
 
 def test_reward_is_the_best_score_and_a_failed_task_terminates(env: SciWorldEnv) -> None:
-    task = _task(env, "train", "find-living-thing")
+    task = _fitting(env, "train", "find-living-thing")
     actions = [t.text for t in env.expert(task)]
     focus = next(i for i, a in enumerate(actions) if "Action: focus on" in a)
     env.reset(task)
@@ -162,18 +193,30 @@ def test_overlong_gold_path_is_excluded_with_a_logged_reason(
     assert GoldCache(tmp_path / "gold.jsonl").invalid_ids() == {task.id}
 
 
-def test_tasks_leave_out_a_task_whose_gold_path_failed(
+def test_sampled_tasks_leave_out_a_task_whose_gold_path_failed(
+    sampled: SciWorldEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sampled, "gold", GoldCache(tmp_path / "gold.jsonl"))
+    task = sampled.tasks("test_seen")[3]
+    budget = task.data["max_steps"]
+    # A verdict under another budget does not count; one under the task's budget does.
+    sampled.gold.put(GoldRecord(task.id, ("look around",), False, 0.0, 1, "stale", budget + 5))
+    assert task in sampled.tasks("test_seen")
+    sampled.gold.put(GoldRecord(task.id, ("look around",), False, 0.0, 1, "replay failed", budget))
+    assert task not in sampled.tasks("test_seen") and sampled.excluded()[task.id] == "replay failed"
+    with pytest.raises(EnvError, match="replay failed"):
+        sampled.expert(task)
+
+
+def test_eto_lists_keep_a_task_whose_gold_path_failed(
     env: SciWorldEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(env, "gold", GoldCache(tmp_path / "gold.jsonl"))
     task = env.tasks("test_seen")[3]
     budget = task.data["max_steps"]
-    # A verdict under another budget does not count; one under the task's budget does.
-    env.gold.put(GoldRecord(task.id, ("look around",), False, 0.0, 1, "stale", budget + 5))
-    assert task in env.tasks("test_seen")
     env.gold.put(GoldRecord(task.id, ("look around",), False, 0.0, 1, "replay failed", budget))
-    assert task not in env.tasks("test_seen") and env.excluded()[task.id] == "replay failed"
-    with pytest.raises(EnvError, match="replay failed"):
+    assert task in env.tasks("test_seen") and env.excluded()[task.id] == "replay failed"
+    with pytest.raises(EnvError, match="ETO's task lists keep the task"):
         env.expert(task)
 
 
@@ -197,7 +240,7 @@ def test_killed_jvm_ends_the_episode_and_the_env_recovers(env: SciWorldEnv) -> N
 JVM_DEATH = textwrap.dedent(
     """
     import os, signal
-    from coevo.envs.sciworld import SciWorldEnv
+    from coevo.envs.sciworld import SciWorldEnv, eto
 
     env = SciWorldEnv()
     env.reset(env.tasks("test_seen")[0])

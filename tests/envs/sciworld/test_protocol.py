@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from coevo.envs import EnvError, make
-from coevo.envs.sciworld import protocol
+from coevo.envs import SPLITS, EnvError, make
+from coevo.envs.sciworld import eto, protocol
+from coevo.envs.sciworld.manifest import SHIPPED, manifest_name, protocol_key, read_json_gz
 from coevo.envs.sciworld.protocol import TypeStats
 from coevo.envs.sciworld.thoughts import thought_for
 
@@ -142,3 +143,53 @@ def test_java_tool_options_are_added_then_restored(monkeypatch: pytest.MonkeyPat
     with _java_tool_options("-XX:hashCode=2"):
         assert os.environ["JAVA_TOOL_OPTIONS"] == "-XX:hashCode=2"
     assert "JAVA_TOOL_OPTIONS" not in os.environ
+
+
+def test_eto_lists_and_budgets_are_etos() -> None:
+    """The numbers of ETO's eval_agent/data/sciworld/ files."""
+    sizes = {split: sum(map(len, eto.variations(split).values())) for split in SPLITS}
+    assert sizes == {"train": 1483, "test_seen": 194, "test_unseen": 211}
+    assert all(len(eto.variations(split)) == 24 for split in SPLITS)
+    assert set(eto.MAX_STEPS) == set(eto.variations("train")) == set(eto.ETO_NAMES.values())
+    assert eto.ETO_NAMES["task-5-chemistry-mix-paint-(secondary-color)"] == (
+        "chemistry-mix-paint-secondary-color"
+    )
+    budgets = eto.MAX_STEPS
+    assert budgets["chemistry-mix-paint-secondary-color"] == 15
+    assert (budgets["grow-plant"], budgets["lifespan-longest-lived"], budgets["boil"]) == (
+        30,
+        10,
+        100,
+    )
+    assert min(budgets.values()) == 10 and max(budgets.values()) == 120
+    # Left out by ETO: the inclined planes, Mendelian genetics, the unknown melting point.
+    for name in ("inclined-plane-determine-angle", "mendelian-genetics-unknown-plant",
+                 "measure-melting-point-unknown-substance"):  # fmt: skip
+        assert name not in budgets
+    unseen = eto.variations("test_unseen")
+    assert unseen["boil"] == tuple(range(21, 30)) and unseen["identify-life-stages-2"] == (
+        6,
+        7,
+        8,
+        9,
+    )
+    # ETO's train list shares 54 (type, variation) pairs with its seen test list.
+    pairs = {s: {(n, v) for n, vs in eto.variations(s).items() for v in vs} for s in SPLITS}
+    assert len(pairs["train"] & pairs["test_seen"]) == 54
+    assert (
+        not pairs["train"] & pairs["test_unseen"] and not pairs["test_seen"] & pairs["test_unseen"]
+    )
+
+
+def test_each_protocol_has_its_shipped_manifest() -> None:
+    # The sampled protocol's key is the one its shipped manifest was made under.
+    assert protocol_key("sampled") == "2cb1b19899"
+    assert protocol_key("eto") != protocol_key("sampled")
+    for splits in protocol.SPLITS:
+        assert (SHIPPED / manifest_name("1.2.3", True, splits)).exists()
+    shipped = read_json_gz(SHIPPED / manifest_name("1.2.3", True, "eto"))
+    counts = {s: sum(t["split"] == s for t in shipped["tasks"]) for s in SPLITS}
+    assert counts == {"train": 1483, "test_seen": 194, "test_unseen": 211}
+    budgets = {n: t["budget"] for n, t in shipped["types"].items() if not t["excluded"]}
+    assert budgets == eto.MAX_STEPS
+    assert sum(1 for t in shipped["types"].values() if t["excluded"]) == 6

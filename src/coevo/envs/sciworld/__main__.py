@@ -4,6 +4,7 @@
     python -m coevo.envs.sciworld --validate   # also replay every task's gold path (long)
     python -m coevo.envs.sciworld --validate --ship   # store the verdicts in the shipped manifest
     python -m coevo.envs.sciworld --validate --reverse  # a second worker, from the other end
+    python -m coevo.envs.sciworld --splits sampled      # coevo's sampled task lists instead
 
 Validation results go to the gold cache as they come, so an interrupted run resumes where it
 stopped.
@@ -55,7 +56,8 @@ def counts(env: SciWorldEnv, console: Console) -> None:
     per_split = {s: Counter(t.data["task_name"] for t in env.tasks(s)) for s in SPLITS}
     for name, info in sorted(env.types.items()):
         table.add_row(
-            name, f"{info['median_gold']:g}", str(info["budget"]),
+            name, "-" if info["median_gold"] is None else f"{info['median_gold']:g}",
+            str(info["budget"] or "-"),
             *(str(per_split[s][name]) for s in SPLITS), info["excluded"] or "",
         )  # fmt: skip
     console.print(table)
@@ -63,8 +65,10 @@ def counts(env: SciWorldEnv, console: Console) -> None:
     kept = {s: len(env.tasks(s)) for s in SPLITS}
     for s in SPLITS:
         console.print(f"{s}: {kept[s]} tasks ({listed[s] - kept[s]} gold paths excluded)")
+    # Under ETO's lists these tasks stay listed; only their demonstration is missing.
+    label = "no demonstration" if env.splits == "eto" else "excluded"
     for task_id, reason in sorted(env.excluded().items()):
-        console.print(f"  excluded {task_id}: {reason}")
+        console.print(f"  {label} {task_id}: {reason}")
 
 
 def main() -> None:
@@ -72,9 +76,11 @@ def main() -> None:
     parser.add_argument("--validate", action="store_true", help="Replay every gold path.")
     parser.add_argument("--ship", action="store_true", help="Write the verdicts into data/.")
     parser.add_argument("--reverse", action="store_true", help="Validate from the last task.")
+    parser.add_argument("--splits", choices=("eto", "sampled"), default="eto",
+                        help="ETO's task lists (default) or coevo's sampled ones.")  # fmt: skip
     args = parser.parse_args()
     console = Console()
-    with SciWorldEnv() as env:
+    with SciWorldEnv(splits=args.splits) as env:
         console.print(f"manifest: {env.manifest_source}")
         if args.validate:
             validate(env, console, args.reverse)
@@ -87,7 +93,7 @@ def main() -> None:
                     if not record.valid:  # kept out of every split: its reason is enough
                         gold[t["id"]]["actions"] = []
             env.manifest["gold"] = gold
-            path = SHIPPED / manifest_name(env.sim.version, env.sim.deterministic)
+            path = SHIPPED / manifest_name(env.sim.version, env.sim.deterministic, env.splits)
             write_json_gz(path, env.manifest)
             console.print(f"wrote {path} ({len(gold)} gold verdicts)")
         counts(env, console)

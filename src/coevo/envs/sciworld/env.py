@@ -58,7 +58,7 @@ UNKNOWN_ACTION = "No known action matches that input"
 
 
 class SciWorldEnv:
-    """ScienceWorld tasks under the agent papers' protocol (see `protocol.py`)."""
+    """ScienceWorld tasks under the agent papers' protocol (see `protocol.py` and `eto.py`)."""
 
     name = "sciworld"
     instruction_prompt = INSTRUCTION_PROMPT
@@ -69,17 +69,22 @@ class SciWorldEnv:
         timeout: float = 30.0,
         cache_dir: str | None = None,
         data: str | None = None,
+        splits: str = "eto",
     ) -> None:
         """`max_steps` overrides every type's budget; `timeout` bounds one simulator call (s);
         `cache_dir` (or `data`, the CLI's --data) is the cache root instead of $COEVO_CACHE
-        (the manifest and gold verdicts go to `<root>/sciworld/<version>/`)."""
+        (the manifest and gold verdicts go to `<root>/sciworld/<version>/`); `splits` is
+        `eto` (ETO's published task lists and budgets) or `sampled` (coevo's own draw)."""
         if max_steps is not None and max_steps < 1:
             raise EnvError(f"max_steps must be at least 1, got {max_steps}.")
+        if splits not in protocol.SPLITS:
+            raise EnvError(f"splits must be 'eto' or 'sampled', got {splits!r}.")
         self._override = max_steps
+        self.splits = splits
         self.sim = Simulator(timeout=timeout)
         root = cache_dir or data
         try:
-            self.manifest, self.manifest_source = load_manifest(self.sim, root)
+            self.manifest, self.manifest_source = load_manifest(self.sim, root, splits=splits)
         except BaseException:
             self.sim.close()
             raise
@@ -127,10 +132,13 @@ class SciWorldEnv:
         return reasons
 
     def tasks(self, split: str) -> list[Task]:
+        """The split's tasks in round-robin order over types. `sampled` leaves out the tasks whose
+        gold path is known not to reach 1.0 within the budget; `eto` keeps ETO's lists whole
+        (such a task is scored like any other; only `expert()` refuses it)."""
         check_split(split)
         cached = self._tasks.get(split)
         if cached is None or cached[0] != self.gold.writes:
-            excluded = self.excluded()
+            excluded = self.excluded() if self.splits == "sampled" else {}
             if excluded and not self._excluded_logged:
                 self._excluded_logged = True
                 log.info("sciworld: %d tasks excluded for their gold paths", len(excluded))
@@ -227,10 +235,12 @@ class SciWorldEnv:
         """
         record = self.gold_record(task)
         if not record.valid:
-            raise EnvError(
-                f"The gold path of {task.id} is excluded: {record.reason}. tasks() leaves it "
-                "out once checked; pick another task."
+            listed = (
+                "ETO's task lists keep the task; it has no demonstration"
+                if self.splits == "eto"
+                else "tasks() leaves it out once checked; pick another task"
             )
+            raise EnvError(f"The gold path of {task.id} is excluded: {record.reason}. {listed}.")
         return [Turn("assistant", format_reply(thought_for(a), a)) for a in record.actions]
 
     def gold_record(self, task: Task) -> GoldRecord:

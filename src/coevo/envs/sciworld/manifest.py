@@ -4,7 +4,8 @@ Building the task lists needs the JVM: every type's variations, a few gold paths
 ~15 s each for the genetics types) and every kept task's description. That is minutes of work,
 so it is done once per scienceworld version:
 
-1. a manifest shipped in `data/manifest-<version>.json.gz`, computed with
+1. a manifest shipped in `data/manifest-<version>-<protocol key>.json.gz` (one per way of
+   choosing the splits, `eto` or `sampled`), computed with
    `python -m coevo.envs.sciworld --validate` (it also holds the verdict of replaying every
    task's gold path), is used when the installed version matches;
 2. otherwise the manifest is built on first use and cached in
@@ -29,24 +30,33 @@ from pathlib import Path
 from typing import Any
 
 from coevo.cache import coevo_cache
-from coevo.envs.sciworld import protocol
+from coevo.envs.base import EnvError
+from coevo.envs.sciworld import eto, protocol
 from coevo.envs.sciworld.simulator import Simulator
 
 log = logging.getLogger(__name__)
 SHIPPED = Path(__file__).parent / "data"
 
 
-def protocol_key() -> str:
-    """A short hash of the protocol constants: a changed protocol never reads a stale cache."""
-    fields = {
-        "simplification": protocol.SIMPLIFICATION,
-        "source": protocol.SOURCE,
-        "exclude": protocol.EXCLUDE_LONGEST,
-        "caps": protocol.CAPS,
-        "seed": protocol.SEED,
-        "gold_sample": protocol.GOLD_SAMPLE,
-        "budget": [protocol.BUDGET_FACTOR, protocol.BUDGET_MIN, protocol.BUDGET_MAX],
-    }
+def protocol_key(splits: str = "eto") -> str:
+    """A short hash of the protocol: a changed protocol never reads a stale cache."""
+    if splits == "eto":
+        fields: dict[str, Any] = {
+            "splits": "eto",
+            "simplification": protocol.SIMPLIFICATION,
+            "max_steps": eto.MAX_STEPS,
+            "tasks": {split: eto.variations(split) for split in protocol.SOURCE},
+        }
+    else:  # the sampled protocol's fields, unchanged since its manifest was shipped
+        fields = {
+            "simplification": protocol.SIMPLIFICATION,
+            "source": protocol.SOURCE,
+            "exclude": protocol.EXCLUDE_LONGEST,
+            "caps": protocol.CAPS,
+            "seed": protocol.SEED,
+            "gold_sample": protocol.GOLD_SAMPLE,
+            "budget": [protocol.BUDGET_FACTOR, protocol.BUDGET_MIN, protocol.BUDGET_MAX],
+        }
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -57,10 +67,10 @@ def version_dir(version: str, root: str | Path | None = None) -> Path:
     return Path(root) / "sciworld" / version
 
 
-def manifest_name(version: str, deterministic: bool = True) -> str:
+def manifest_name(version: str, deterministic: bool = True, splits: str = "eto") -> str:
     """File name of a manifest: its gold lengths depend on the JVM's hashing mode too."""
     mode = "" if deterministic else "-nondeterministic"
-    return f"manifest-{version}-{protocol_key()}{mode}.json.gz"
+    return f"manifest-{version}-{protocol_key(splits)}{mode}.json.gz"
 
 
 def gold_name(deterministic: bool = True) -> str:
@@ -83,10 +93,13 @@ def write_json_gz(path: Path, data: dict[str, Any]) -> None:
 
 
 def load_manifest(
-    sim: Simulator, root: str | Path | None = None, progress: Callable[[str], None] | None = None
+    sim: Simulator,
+    root: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    splits: str = "eto",
 ) -> tuple[dict[str, Any], str]:
     """The manifest for the running simulator's version and where it came from."""
-    name = manifest_name(sim.version, sim.deterministic)
+    name = manifest_name(sim.version, sim.deterministic, splits)
     shipped = SHIPPED / name
     if shipped.exists():
         return read_json_gz(shipped), str(shipped)
@@ -98,13 +111,17 @@ def load_manifest(
         sim.version,
         cached,
     )
-    manifest = build_manifest(sim, progress)
+    manifest = build_manifest(sim, progress, splits)
     write_json_gz(cached, manifest)
     return manifest, str(cached)
 
 
-def build_manifest(sim: Simulator, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def build_manifest(
+    sim: Simulator, progress: Callable[[str], None] | None = None, splits: str = "eto"
+) -> dict[str, Any]:
     """Count, measure and sample every task type on the simulator (no gold replay yet)."""
+    if splits == "eto":
+        return build_eto_manifest(sim, progress)
     say = progress or (lambda _: None)
     stats: list[protocol.TypeStats] = []
     for name in sim.task_names():
@@ -141,19 +158,10 @@ def build_manifest(sim: Simulator, progress: Callable[[str], None] | None = None
             )
             for variation in kept:
                 say(f"{split}: {s.name} {variation}")
-                sim.load(s.name, variation, protocol.SIMPLIFICATION)
-                tasks.append(
-                    {
-                        "id": f"sciworld/{split}/{s.name}-{variation}",
-                        "split": split,
-                        "task_name": s.name,
-                        "variation": variation,
-                        "instruction": clean_description(sim.task_description()),
-                    }
-                )
+                tasks.append(task_row(sim, split, s.name, variation))
     return {
         "scienceworld": sim.version,
-        "protocol_key": protocol_key(),
+        "protocol_key": protocol_key("sampled"),
         "protocol": {
             "simplification": protocol.SIMPLIFICATION,
             "caps": protocol.CAPS,
@@ -164,6 +172,66 @@ def build_manifest(sim: Simulator, progress: Callable[[str], None] | None = None
         "types": types,
         "tasks": tasks,
         "gold": {},
+    }
+
+
+def build_eto_manifest(
+    sim: Simulator, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """ETO's task lists and budgets on the simulator: each task's description, each type's
+    variation counts; the types ETO leaves out are marked excluded."""
+    say = progress or (lambda _: None)
+    types: dict[str, Any] = {}
+    for name in sim.task_names():
+        say(f"variations of {name}")
+        variations = sim.variations(name)
+        # ETO's train list also draws on the package's dev variations (see eto.py), so a
+        # variation only has to exist.
+        known = {v for vs in variations.values() for v in vs}
+        for split in protocol.SOURCE:
+            missing = sorted(set(eto.variations(split).get(name, ())) - known)
+            if missing:
+                raise EnvError(
+                    f"ETO's {split} list has {name} variations {missing} that scienceworld "
+                    f"{sim.version} does not have."
+                )
+        budget = eto.MAX_STEPS.get(name)
+        types[name] = {
+            "gold_sample": [],
+            "gold_lengths": [],
+            "median_gold": None,
+            "budget": budget,
+            "variations": {k: len(v) for k, v in variations.items()},
+            "excluded": None if budget is not None else "not in ETO's task lists",
+        }
+    unknown = sorted(set(eto.MAX_STEPS) - set(types))
+    if unknown:
+        raise EnvError(f"scienceworld {sim.version} has no task types {unknown} (ETO's).")
+    tasks = []
+    for split in protocol.SOURCE:
+        for name, variations in eto.variations(split).items():
+            for variation in variations:
+                say(f"{split}: {name} {variation}")
+                tasks.append(task_row(sim, split, name, variation))
+    return {
+        "scienceworld": sim.version,
+        "protocol_key": protocol_key("eto"),
+        "protocol": {"splits": "eto", "simplification": protocol.SIMPLIFICATION},
+        "types": types,
+        "tasks": tasks,
+        "gold": {},
+    }
+
+
+def task_row(sim: Simulator, split: str, name: str, variation: int) -> dict[str, Any]:
+    """A manifest's task entry; loads the variation for its description."""
+    sim.load(name, variation, protocol.SIMPLIFICATION)
+    return {
+        "id": f"sciworld/{split}/{name}-{variation}",
+        "split": split,
+        "task_name": name,
+        "variation": variation,
+        "instruction": clean_description(sim.task_description()),
     }
 
 

@@ -1,5 +1,9 @@
 """The agent papers' ScienceWorld task protocol, as pure functions of the simulator's numbers.
 
+Two ways to choose the tasks (`SPLITS`): `eto`, the default, takes ETO's published task lists
+and step budgets as they are (`eto.py`); `sampled` draws them by the rules below, which is what
+coevo did before ETO's lists were used.
+
 - Simplification "easy" (teleport, open doors, self-watering pots, no electrical actions).
 - `train` comes from the package's train variations, `test_seen` from its dev variations and
   `test_unseen` from its test variations.
@@ -23,6 +27,8 @@ import statistics
 from dataclasses import dataclass
 
 SIMPLIFICATION = "easy"
+SPLITS = ("eto", "sampled")
+"""Where the task lists and budgets come from: ETO's published files, or the rules below."""
 SOURCE = {"train": "train", "test_seen": "dev", "test_unseen": "test"}
 """Our split -> the package's variation set it is drawn from."""
 EXCLUDE_LONGEST = 2
