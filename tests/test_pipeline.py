@@ -16,13 +16,13 @@ def test_finished_stages_are_skipped(tmp_path):
         return {"n": 1}
 
     p = Pipeline(tmp_path, {"a": 1}, quiet=True)
-    assert p.run("sft", stage, {"data": "d"}) == {"n": 1}
-    assert p.run("sft", stage) == {"n": 1}
+    assert p.stage("sft", stage, {"data": "d"}) == {"n": 1}
+    assert p.stage("sft", stage) == {"n": 1}
     assert calls == ["sft"]
     manifest = json.loads((tmp_path / "stages/sft/manifest.json").read_text())
     assert manifest["inputs"] == {"data": "d"} and manifest["config_hash"] == p.hash
     # A new Pipeline object on the same directory (a rerun) skips it too.
-    assert Pipeline(tmp_path, {"a": 1}, quiet=True).run("sft", stage) == {"n": 1}
+    assert Pipeline(tmp_path, {"a": 1}, quiet=True).stage("sft", stage) == {"n": 1}
     assert calls == ["sft"]
 
 
@@ -33,9 +33,9 @@ def test_a_stage_that_died_runs_again(tmp_path):
         raise KeyboardInterrupt  # as if killed mid-stage
 
     with pytest.raises(KeyboardInterrupt):
-        p.run("explore", dies)
+        p.stage("explore", dies)
     assert not p.done("explore")
-    assert p.run("explore", lambda out: {"ok": True}) == {"ok": True}
+    assert p.stage("explore", lambda out: {"ok": True}) == {"ok": True}
     assert p.done("explore")
 
 
@@ -53,13 +53,13 @@ def test_a_manifest_that_is_not_json_leaves_its_stage_unfinished_with_one_warnin
         return {"n": len(calls)}
 
     p = Pipeline(tmp_path, {}, quiet=True)
-    p.run("sft", stage)
+    p.stage("sft", stage)
     manifest = tmp_path / "stages/sft/manifest.json"
     manifest.write_text('{"stage": "sft", "outp')  # cut short
     capsys.readouterr()
     rerun = Pipeline(tmp_path, {}, quiet=True)
     assert not rerun.done("sft")
-    assert rerun.run("sft", stage) == {"n": 2}  # ran again, and its manifest is whole again
+    assert rerun.stage("sft", stage) == {"n": 2}  # ran again, and its manifest is whole again
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1
     assert err[0].startswith(f"stage sft: {manifest} is not valid JSON (")
@@ -86,8 +86,8 @@ def test_a_stage_whose_rows_left_the_store_runs_again(tmp_path, capsys):
     def run():
         p = Pipeline(tmp_path, {}, quiet=True)
         p.rows = store.stage_rows
-        p.run("explore-1", explore)
-        p.run("sft", sft)
+        p.stage("explore-1", explore)
+        p.stage("sft", sft)
         return p
 
     store = Store(tmp_path)

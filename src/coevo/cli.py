@@ -36,21 +36,13 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def parse_options(pairs: list[str] | None) -> dict[str, Any]:
-    """`key=value` strings into keyword options; values parsed as YAML scalars (1, 0.5, true)."""
-    import yaml
-
-    options: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            fail(f"option {pair!r} is not of the form key=value.")
-        options[key.strip()] = yaml.safe_load(value)
-    return options
-
-
 def open_env(name: str, data: Path | None, options: list[str] | None) -> envs.Env:
-    kwargs = parse_options(options)
+    from coevo.config import ConfigError, parse_overrides
+
+    try:  # `key=value`, values read as YAML scalars (1, 0.5, true), as recipe overrides are
+        kwargs: dict[str, Any] = parse_overrides(options or [])
+    except ConfigError as exc:
+        fail(str(exc))
     if data is not None:
         if not data.exists():
             fail(f"data directory {str(data)!r} does not exist.")
@@ -77,7 +69,7 @@ def env_list() -> None:
     """List the registered environments."""
     table = Table("name", "factory")
     for name in envs.names():
-        factory = envs._REGISTRY[name]
+        factory = envs.factory(name)
         table.add_row(name, factory if isinstance(factory, str) else repr(factory))
     console.print(table)
 
@@ -294,7 +286,7 @@ def compare_command(
 
     try:
         tables = compare(run_dirs, metric=metric)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     print(to_markdown(tables))  # plain: Markdown tables must not be wrapped
     if out is not None:

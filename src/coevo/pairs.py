@@ -33,7 +33,7 @@ def by_task(trajectories: Iterable[Trajectory]) -> dict[str, list[Trajectory]]:
 
 
 def failures(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
-    return [t for t in trajectories if t.reward < 1.0]
+    return [t for t in trajectories if not t.success]
 
 
 def ordered(a: Trajectory, b: Trajectory) -> tuple[Trajectory, Trajectory] | None:

@@ -108,7 +108,7 @@ class Pipeline:
     def done(self, name: str) -> bool:
         return self.manifest(name) is not None
 
-    def run(
+    def stage(
         self,
         name: str,
         fn: Callable[[Path], dict[str, Any] | None],

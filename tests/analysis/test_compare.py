@@ -80,4 +80,4 @@ def test_a_damaged_manifest_counts_as_an_unfinished_stage(tmp_path):
     d.mkdir()
     d.joinpath("manifest.json").write_text('{"outputs": {"kind": "ev')
     summary = read_run(run)
-    assert summary.final_iteration == 2 and summary.final_eval["test_seen"]["reward"] == 0.5
+    assert summary.final_iteration == 2 and summary.final_eval["test_seen"].reward == 0.5

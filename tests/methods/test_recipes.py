@@ -38,7 +38,7 @@ def test_valid_slice_needs_valid_tasks():
 def test_valid_split_is_the_train_tail_the_run_never_trains_on(tmp_path):
     from coevo.config import build
     from coevo.envs.base import make
-    from coevo.methods.stages import Run
+    from coevo.methods.run import Run
     from coevo.pipeline import Pipeline
     from coevo.rollout import EnvPool
 
@@ -66,6 +66,11 @@ def test_valid_split_is_the_train_tail_the_run_never_trains_on(tmp_path):
         ("dpo.lora_r=16", "Config key 'dpo.lora_r' has moved to 'dpo.lora.r'"),
         ("sft.train_layers=10", "Config key 'sft.train_layers' has moved to 'sft.compute."),
         ("dpo.save_every_minutes=5", "'dpo.save_every_minutes' has moved to 'dpo.checkpoints."),
+        ("later_lr=5e-7", "Config key 'later_lr' has moved to 'eto.later_lr'"),
+        ("later_beta=0.5", "Config key 'later_beta' has moved to 'eto.later_beta'"),
+        ("lambda_sft=0.5", "Config key 'lambda_sft' has moved to 'failure_agent.lambda_sft'"),
+        ("within_agent_pairs=false", "'within_agent_pairs' has moved to 'failure_agent.within_"),
+        ("hard_negative_threshold=0.5", "has moved to 'analysis.hard_negative_threshold'"),
         ("sft.seed=3", "Config key 'sft.seed' is gone: the trainers are seeded from the run's"),
         ("dpo.output_dir=x", "Config key 'dpo.output_dir' is gone: each stage trains in its own"),
     ],
@@ -82,3 +87,12 @@ def test_a_section_keeps_its_own_defaults_under_a_partial_override():
     # DPO's optimiser defaults (10% warm-up, constant), not those of the Optim class.
     assert (config.dpo.optim.lr, config.dpo.optim.warmup_ratio) == (2e-6, 0.1)
     assert config.dpo.optim.schedule == "constant"
+
+
+def test_a_run_hands_models_on_through_their_folders():
+    from coevo.config import ConfigError
+
+    with pytest.raises(ConfigError, match="sft.checkpoints.save_final_model must stay true"):
+        load(RunConfig, CONFIGS[0], ["sft.checkpoints.save_final_model=false"])
+    with pytest.raises(ConfigError, match="server.url or server.model is not set"):
+        load(RunConfig, CONFIGS[0], ["model.backend=server"])

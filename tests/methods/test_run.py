@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from coevo.analysis.compare import compare
 from coevo.cli import app
-from coevo.config import build
+from coevo.config import build, load
 from coevo.methods.recipe import RunConfig
 from coevo.methods.runner import execute
 from coevo.store import Store
@@ -92,6 +92,73 @@ def test_failure_agent_stores_explorations_and_pairs(failure_run):
             p.weight for p in target_pairs if p.task.id == task and p.chosen.agent == "expert"
         ]
         assert sum(weights) == pytest.approx(1.0)
+
+
+def stage_inputs(run: Path, stage: str) -> dict:
+    return json.loads((run / "stages" / stage / "manifest.json").read_text())["inputs"]
+
+
+def test_every_training_stage_records_what_it_trained_with(failure_run):
+    trained = {
+        s: stage_inputs(failure_run, s)["trained_with"] for s in ("sft-target", "sft-failure")
+    }
+    assert (trained["sft-target"]["seed"], trained["sft-failure"]["seed"]) == (0, 1)
+    assert trained["sft-target"]["optim"]["lr"] == FAST["sft"]["optim"]["lr"]
+    # ETO's schedule, which the failure-agent method follows: from iteration 2 on, eto.later_*.
+    defaults = build(RunConfig, {}).eto
+    for agent in ("target", "failure"):
+        first = stage_inputs(failure_run, f"dpo-1-{agent}")["trained_with"]
+        second = stage_inputs(failure_run, f"dpo-2-{agent}")["trained_with"]
+        assert (first["optim"]["lr"], first["beta"], first["seed"]) == (1e-4, 0.1, 1)
+        assert (second["optim"]["lr"], second["beta"]) == (defaults.later_lr, defaults.later_beta)
+        assert second["seed"] == 2
+    explored = stage_inputs(failure_run, "explore-1-target")
+    assert explored["seed"] == 1 and explored["samples"] == 2
+
+
+def test_the_saved_recipe_is_the_one_its_method_read(failure_run):
+    saved = yaml.safe_load((failure_run / "config.yaml").read_text())
+    assert {"eto", "failure_agent", "dpo", "explore", "iterations"} <= saved.keys()
+    assert "rft" not in saved and "server" not in saved
+    assert "seed" not in saved["sft"] and "output_dir" not in saved["dpo"]
+    # Resumable from itself: the saved recipe is the same run.
+    config = failure_run.parent / "saved.yaml"
+    config.write_text((failure_run / "config.yaml").read_text())
+    before = manifest_times(failure_run)
+    execute(load(RunConfig, config), failure_run, quiet=True)
+    assert manifest_times(failure_run) == before
+
+
+def test_models_handed_on_in_memory_give_the_run_that_loading_them_gives(tmp_path, monkeypatch):
+    from coevo.methods.run import Run
+    from coevo.policy import hf
+
+    played_in_memory: list[bool] = []
+    init = hf.HFPolicy.__init__
+
+    def spy(self, path, *, model=None, **kw):
+        played_in_memory.append(model is not None)
+        init(self, path, model=model, **kw)
+
+    monkeypatch.setattr(hf.HFPolicy, "__init__", spy)
+    memory = execute(recipe(method="eto", iterations=1), tmp_path / "memory", quiet=True)
+    # eval-0 and explore-1 play the SFT module, eval-1 the DPO one; nothing loaded again.
+    assert played_in_memory == [True, True, True]
+    hand_on = Run.hand_on
+    monkeypatch.setattr(Run, "hand_on", lambda self, path, module=None: hand_on(self, path))
+    disk = execute(recipe(method="eto", iterations=1), tmp_path / "disk", quiet=True)
+    assert played_in_memory[3:] == [False, False, False]
+    with Store(memory, create=False) as a, Store(disk, create=False) as b:
+        assert [t.to_dict() for t in a.trajectories()] == [t.to_dict() for t in b.trajectories()]
+        assert a.pairs() == b.pairs()
+    for stage in ("sft-target", "dpo-1-target", "eval-1"):
+        outputs = [json.loads((r / "stages" / stage / "manifest.json").read_text())["outputs"]
+                   for r in (memory, disk)]  # fmt: skip
+        for record in outputs:  # the one number that is a clock's
+            record.get("final", {}).pop("tokens_per_s", None)
+        assert outputs[0] == outputs[1]
+    weights = "stages/dpo-1-target/model/model.safetensors"
+    assert (memory / weights).read_bytes() == (disk / weights).read_bytes()
 
 
 def test_compare_reads_the_run(failure_run):
@@ -207,7 +274,10 @@ def test_config_errors_name_themselves(tmp_path):
         "Unknown config key 'explore.temprature'. Did you mean 'explore.temperature'?"
         in result.output
     )
+    # The method is checked against the registry once the recipe has loaded.
+    config.write_text("method: eto\n")
     result = CliRunner().invoke(
         app, ["run", str(config), "--out", str(tmp_path / "x"), "method=ppo"]
     )
     assert result.exit_code == 2 and "method must be one of" in result.output
+    assert not (tmp_path / "x").exists()

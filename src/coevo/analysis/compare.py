@@ -1,10 +1,8 @@
 """Compare runs: the paper's Table 3 (reward per method x env/split) and Table 2 (outcomes).
 
 Reads run directories written by `coevo run`: `config.yaml` (method, env.name, seed) and the
-stage manifests. Eval stages record outputs of the form
-    {"kind": "eval", "iteration": i, "splits": {"test_seen": {"reward": r, "success": s, "n": n}}}
-and exploration stages
-    {"kind": "explore", "iteration": i, "outcomes": {"target": {"success": ..., ...}}}.
+stage manifests, through their records (`coevo.records`): each eval stage's `EvalRecord`
+(episode stats per split) and each exploration's `ExploreRecord` (outcome shares per agent).
 A method's score in a run is its last finished eval; cells are mean +- std over seeds.
 """
 
@@ -20,7 +18,9 @@ from typing import Any
 import yaml
 
 from coevo.analysis.outcomes import OUTCOMES
+from coevo.records import EpisodeStats, EvalRecord, ExploreRecord, read
 
+METRICS = ("reward", "success")
 # Per-episode behaviour every eval records beside its reward (`outcomes.episode_stats`).
 BEHAVIOUR = ("format_error_rate", "invalid_action_rate", "mean_steps")
 
@@ -33,10 +33,10 @@ class RunSummary:
     method: str
     env: str
     seed: int | None
-    final_eval: dict[str, dict[str, float]] = field(default_factory=dict)
-    """split -> {"reward", "success", "n"} of the last finished eval."""
+    final_eval: dict[str, EpisodeStats] = field(default_factory=dict)
+    """split -> how the last finished eval went."""
     final_iteration: int = -1
-    evals: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
+    evals: dict[int, dict[str, EpisodeStats]] = field(default_factory=dict)
     """iteration -> split -> scores of every finished eval (0: after SFT)."""
     outcomes: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     """agent -> outcome shares of each exploration."""
@@ -57,16 +57,16 @@ def read_run(run_dir: str | Path) -> RunSummary:
     manifests = sorted((run_dir / "stages").glob("*/manifest.json"))
     for path in manifests:
         try:
-            outputs: dict[str, Any] = json.loads(path.read_text()).get("outputs", {})
+            record = read(json.loads(path.read_text()).get("outputs", {}))
         except (json.JSONDecodeError, UnicodeDecodeError):
             continue  # a damaged manifest is an unfinished stage (the run reruns it)
-        if outputs.get("kind") == "eval":
-            summary.evals[outputs["iteration"]] = outputs["splits"]
-            if outputs["iteration"] >= summary.final_iteration:
-                summary.final_iteration = outputs["iteration"]
-                summary.final_eval = outputs["splits"]
-        elif outputs.get("kind") == "explore":
-            for agent, shares in outputs.get("outcomes", {}).items():
+        if isinstance(record, EvalRecord):
+            summary.evals[record.iteration] = record.splits
+            if record.iteration >= summary.final_iteration:
+                summary.final_iteration = record.iteration
+                summary.final_eval = record.splits
+        elif isinstance(record, ExploreRecord):
+            for agent, shares in record.outcomes.items():
                 summary.outcomes.setdefault(agent, []).append(shares)
     return summary
 
@@ -82,6 +82,8 @@ def _cell(values: list[float], scale: float = 100.0) -> str:
 
 def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any]:
     """Tables as data: {"columns", "rows": {method: {column: [values]}}, "outcomes": ...}."""
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}.")
     runs = [read_run(d) for d in run_dirs]
     rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     columns: list[str] = []
@@ -98,15 +100,16 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
         for iteration, splits in run.evals.items():
             for split, scores in splits.items():
                 column = f"{run.env} {split}"
-                by_iteration[run.method][column][iteration].append(float(scores[metric]))
+                by_iteration[run.method][column][iteration].append(float(getattr(scores, metric)))
                 for stat in BEHAVIOUR:
-                    if stat in scores:  # evals recorded before these stats existed lack them
-                        behaviour[run.method][column][iteration][stat].append(scores[stat])
+                    value = getattr(scores, stat)
+                    if value is not None:  # evals recorded before these stats existed lack them
+                        behaviour[run.method][column][iteration][stat].append(value)
         for split, scores in sorted(run.final_eval.items()):
             column = f"{run.env} {split}"
             if column not in columns:
                 columns.append(column)
-            rows[run.method][column].append(float(scores[metric]))
+            rows[run.method][column].append(float(getattr(scores, metric)))
         for agent, explorations in run.outcomes.items():
             for shares in explorations:
                 for name in OUTCOMES:

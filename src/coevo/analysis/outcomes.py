@@ -8,13 +8,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 
-from coevo.trajectory import Trajectory
+from coevo.records import EpisodeStats
+from coevo.trajectory import Trajectory, is_success
 
 OUTCOMES: tuple[str, ...] = ("success", "hard_negative", "failure")
 
 
 def outcome(reward: float, threshold: float = 0.6) -> str:
-    if reward >= 1.0:
+    if is_success(reward):
         return "success"
     return "hard_negative" if reward >= threshold else "failure"
 
@@ -29,7 +30,7 @@ def outcome_shares(rewards: Iterable[float], threshold: float = 0.6) -> dict[str
     return {k: (v / n if n else 0.0) for k, v in counts.items()}
 
 
-def episode_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+def episode_stats(trajectories: Sequence[Trajectory]) -> EpisodeStats:
     """Mean reward and steps, and per-step rates of format errors and invalid actions.
 
     The rates are read from what the rollout recorded in each trajectory's metadata; episodes
@@ -38,11 +39,11 @@ def episode_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     steps = sum(t.steps for t in trajectories)
     format_errors = sum(t.metadata.get("format_errors", 0) for t in trajectories)
     invalid = sum(t.metadata.get("invalid_actions", 0) for t in trajectories)
-    return {
-        "reward": statistics.fmean(t.reward for t in trajectories) if trajectories else 0.0,
-        "success": statistics.fmean(t.success for t in trajectories) if trajectories else 0.0,
-        "n": len(trajectories),
-        "mean_steps": steps / len(trajectories) if trajectories else 0.0,
-        "format_error_rate": format_errors / steps if steps else 0.0,
-        "invalid_action_rate": invalid / steps if steps else 0.0,
-    }
+    return EpisodeStats(
+        reward=statistics.fmean(t.reward for t in trajectories) if trajectories else 0.0,
+        success=statistics.fmean(t.success for t in trajectories) if trajectories else 0.0,
+        n=len(trajectories),
+        mean_steps=steps / len(trajectories) if trajectories else 0.0,
+        format_error_rate=format_errors / steps if steps else 0.0,
+        invalid_action_rate=invalid / steps if steps else 0.0,
+    )

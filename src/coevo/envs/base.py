@@ -133,6 +133,13 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def factory(name: str) -> Callable[..., Env] | str:
+    """What `make(name)` builds with: a callable, or "module:attribute" imported on first use."""
+    if name not in _REGISTRY:
+        raise EnvError(f"Unknown env {name!r}. Registered envs: {', '.join(names())}.")
+    return _REGISTRY[name]
+
+
 def _load(target: str) -> Callable[..., Env]:
     module_name, _, attr = target.partition(":")
     if not attr:

@@ -11,7 +11,6 @@ truncates; a step after the end raises a clear error.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,7 +99,7 @@ def _check_expert_and_determinism(env: Env, task: Task, report: CheckReport) -> 
     except Exception as exc:
         expert.fail(f"{task.id}: expert raised {type(exc).__name__}: {exc}")
         return
-    if math.isclose(first.reward, 1.0) and first.terminated:
+    if first.success and first.terminated:
         expert.passed += 1
     else:
         expert.fail(

@@ -25,13 +25,13 @@ DEMO: dict = {
     "explore": {"samples": 1, "temperature": 0.8, "batch_size": 20, "max_new_tokens": 96},
     "eval": {"batch_size": 24, "max_new_tokens": 96},
 }
-METHODS = ("sft", "eto", "failure_agent")
+DEMO_METHODS = ("sft", "eto", "failure_agent")
 
 
 def demo_configs(out: Path, overrides: list[str]) -> list[tuple[RunConfig, Path]]:
     base = merge(DEMO, parse_overrides(overrides))
     runs = []
-    for method in METHODS:
+    for method in DEMO_METHODS:
         values = {**base, "method": method}
         if method != "sft":
             values["init_from"] = str(out / "sft")

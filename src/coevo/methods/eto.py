@@ -1,22 +1,41 @@
 """ETO: iterations of explore with the target, expert-vs-prediction pairs, DPO.
 
-The reference of each DPO phase is the policy at the iteration's start.
+The reference of each DPO phase is the policy at the iteration's start. ETO's schedule of
+preference phases (`dpo_settings`: from the second iteration on, `eto.later_lr` and
+`eto.later_beta`) is followed by the failure-agent methods too.
 """
 
 from __future__ import annotations
 
-from coevo.methods import stages
-from coevo.methods.stages import Run
+from dataclasses import replace
+
+from coevo.methods import rollouts, training
+from coevo.methods.recipe import RunConfig
+from coevo.methods.run import Run
+from coevo.methods.start import shared_start
 from coevo.pairs import eto_pairs
+from coevo.train.dpo import DpoConfig
+
+
+def dpo_settings(config: RunConfig, iteration: int) -> DpoConfig:
+    """The DPO settings of `iteration`'s preference phase: the dpo section's, with the learning
+    rate and beta of `eto` from the second iteration on (ETO: 1e-6 then 5e-7, 0.1 then 0.5)."""
+    dpo, eto = config.dpo, config.eto
+    if iteration < 2:
+        return dpo
+    lr = eto.later_lr if eto.later_lr is not None else dpo.optim.lr
+    beta = eto.later_beta if eto.later_beta is not None else dpo.beta
+    return replace(dpo, beta=beta, optim=replace(dpo.optim, lr=lr))
 
 
 def run_eto(run: Run) -> None:
-    experts = stages.experts(run)
-    base = stages.base_model(run)
-    target = stages.sft(run, "target", base, list(experts.values()), seed=run.config.seed)
-    stages.evaluate(run, target, iteration=0)
+    cfg = run.config
+    start = shared_start(run)
+    target = start.target
     train = run.tasks("train")
-    for iteration in range(1, run.config.iterations + 1):
-        rollouts = stages.explore(run, target, "target", iteration, train)
-        target = stages.dpo(run, "target", target, eto_pairs(experts, rollouts), iteration)
-        stages.evaluate(run, target, iteration)
+    for iteration in range(1, cfg.iterations + 1):
+        explored = rollouts.explore(run, target, "target", iteration, train)
+        pairs = eto_pairs(start.experts, explored)
+        settings, seed = dpo_settings(cfg, iteration), cfg.seed + iteration
+        target = training.dpo(run, "target", target, pairs, iteration, settings, seed)
+        rollouts.evaluate(run, target, iteration)

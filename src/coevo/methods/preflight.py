@@ -14,6 +14,7 @@ from coevo.config import ConfigError
 from coevo.envs.base import Env, make
 from coevo.envs.episode import opening_message
 from coevo.methods.recipe import RunConfig
+from coevo.methods.registry import method
 from coevo.trajectory import Turn
 
 # Prompts measured: a few train tasks and the first of each evaluated split. Every prompt opens
@@ -68,7 +69,7 @@ def model_source(config: RunConfig) -> Path | None:
 def check_lengths(config: RunConfig, env: Env, model_dir: Path | None) -> None:
     """The first prompt and the longest reply must fit in model.max_length."""
     reply_limits = {"eval.max_new_tokens": config.eval.max_new_tokens}
-    if config.method != "sft":  # the other methods sample from the model too
+    if method(config.method).explores:  # it samples from the model too
         reply_limits["explore.max_new_tokens"] = config.explore.max_new_tokens
     reply_name, reply = max(reply_limits.items(), key=lambda item: item[1])
     count, exact = prompt_counter(model_dir)

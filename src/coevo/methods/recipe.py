@@ -2,8 +2,10 @@
 
 YAML files in `configs/` overlay these defaults and `key=value` overrides overlay the YAML
 (`coevo run configs/shop/eto.yaml model.size=nano iterations=2`). The resolved recipe is
-saved as `config.yaml` in the run directory. Defaults follow the paper's Appendix B where they
-fit small models on a CPU; the YAML recipes say where they differ.
+saved as `config.yaml` in the run directory, with only the sections its method reads
+(`coevo.methods.registry`). Defaults follow the paper's Appendix B where they fit small models
+on a CPU; the YAML recipes say where they differ. Settings of one method live in a section of
+that name (`eto.later_lr`, `failure_agent.lambda_sft`), read by that method's loop.
 """
 
 from __future__ import annotations
@@ -16,9 +18,6 @@ from coevo.envs.base import SPLITS
 from coevo.train.dpo import DpoConfig
 from coevo.train.settings import MOVED_INTO_GROUPS
 from coevo.train.sft import SftConfig
-
-METHODS = ("sft", "rft", "eto", "failure_agent", "positive_agent", "frozen_failure")
-Method = Literal["sft", "rft", "eto", "failure_agent", "positive_agent", "frozen_failure"]
 
 
 @dataclass
@@ -61,6 +60,12 @@ class ModelSection:
     (benchmarks/results/learning.md)."""
     pretrain_lr: float = 2e-3
     """Peak learning rate of the warm-up; batch size and schedule are the sft section's."""
+    backend: Literal["hf", "server"] = "hf"
+    """How exploration and evaluation generate: `hf` runs each stage's checkpoint in-process
+    (HFPolicy); `server` sends the prompts to the OpenAI-compatible server of the `server`
+    section (ServerPolicy, prompts tokenised with the stage's checkpoint's tokenizer). The
+    server must already serve the weights being played: coevo does not load a stage's new
+    weights into it yet, so `server` suits playing a fixed, served model."""
     cpu_threads: int | None = None
     """torch intra-op threads on the CPU; None picks what was measured fastest for the model
     on a 2-core VM: 1 for the tiny sizes (3x faster training, 13x faster decoding than 2),
@@ -75,6 +80,24 @@ class ModelSection:
 
             return packaged(self.name).cpu_threads
         return None if self.path is not None else 1
+
+
+@dataclass
+class ServerSection:
+    """The generation server of `model.backend: server`."""
+
+    url: str | None = None
+    """Base URL of its OpenAI-compatible API, e.g. http://gpu-box:8000/v1."""
+    model: str | None = None
+    """The name it serves the model under (`vllm serve MODEL --served-model-name NAME`)."""
+    api_key_env: str | None = None
+    """Environment variable holding its API key, if it wants one (never the key itself)."""
+    max_context: int | None = None
+    """Prompt + completion limit in tokens (None: the tokenizer's model_max_length)."""
+    timeout: float = 600.0
+    """Seconds to wait for one completion."""
+    max_concurrency: int = 64
+    """Requests in flight at once."""
 
 
 @dataclass
@@ -104,6 +127,37 @@ class EvalSection:
 
 
 @dataclass
+class AnalysisSection:
+    hard_negative_threshold: float = 0.6
+    """Rewards in [threshold, 1) count as hard negatives in the outcome shares (Table 2)."""
+
+    def validate(self) -> None:
+        if not 0 < self.hard_negative_threshold < 1:
+            raise ConfigError("analysis.hard_negative_threshold must be in (0, 1).")
+
+
+@dataclass
+class EtoSection:
+    """ETO's schedule of preference phases, which the failure-agent methods follow too."""
+
+    later_lr: float | None = 5e-7
+    """DPO learning rate from the second iteration on (ETO: 5e-7); None keeps dpo.optim.lr."""
+    later_beta: float | None = 0.5
+    """DPO beta from the second iteration on (ETO: 0.5); None keeps dpo.beta."""
+
+
+@dataclass
+class FailureAgentSection:
+    """The failure-agent co-evolution and its second-agent ablations."""
+
+    lambda_sft: float = 0.1
+    """SFT weight of the target's expert-vs-prediction pairs (Eq. 9; the paper's ablation:
+    0.01, 0.1, 0.5)."""
+    within_agent_pairs: bool = True
+    """Also pair failures of one agent on one task (only matters when explore.samples > 1)."""
+
+
+@dataclass
 class RftSection:
     rounds: int = 1
     """Rejection-sampling rounds: sample, keep successes, fine-tune on experts + successes."""
@@ -119,30 +173,22 @@ class RftSection:
 
 @dataclass
 class RunConfig:
-    method: Method = "failure_agent"
-    """sft, rft, eto, failure_agent, or the ablations positive_agent, frozen_failure."""
+    method: str = "failure_agent"
+    """sft, rft, eto, failure_agent, or the ablations positive_agent, frozen_failure
+    (`coevo.methods.registry`)."""
     name: str | None = None
     """Row label in `coevo compare` (default: the method)."""
     seed: int = 0
     """Seed of the target agent's SFT, of exploration and of data order."""
     iterations: int = 3
     """Explore / pairs / train iterations (the paper: 3 for WebShop and ScienceWorld, 5 SQL)."""
-    lambda_sft: float = 0.1
-    """SFT weight of the expert-vs-prediction pairs of the target (Eq. 9)."""
-    hard_negative_threshold: float = 0.6
-    """Rewards in [threshold, 1) count as hard negatives in the outcome shares (Table 2)."""
-    within_agent_pairs: bool = True
-    """Also pair failures of one agent on one task (only matters when explore.samples > 1)."""
-    later_lr: float | None = 5e-7
-    """DPO learning rate from the second iteration on (ETO: 5e-7); None keeps dpo.lr."""
-    later_beta: float | None = 0.5
-    """DPO beta from the second iteration on (ETO: 0.5); None keeps dpo.beta."""
     init_from: str | None = None
     """A finished run directory with the same env, model, sft and seed: this run starts from
     its experts, base model, target SFT and first evaluation instead of redoing them, so
     methods compared with each other share one SFT policy (as in the paper)."""
     env: EnvSection = field(default_factory=EnvSection)
     model: ModelSection = field(default_factory=ModelSection)
+    server: ServerSection = field(default_factory=ServerSection)
     sft: SftConfig = field(default_factory=SftConfig)
     """SFT of every agent (each stage trains in its own folder, seeded from `seed`)."""
     dpo: DpoConfig = field(default_factory=DpoConfig)
@@ -150,12 +196,22 @@ class RunConfig:
     `seed`)."""
     explore: ExploreSection = field(default_factory=ExploreSection)
     eval: EvalSection = field(default_factory=EvalSection)
+    analysis: AnalysisSection = field(default_factory=AnalysisSection)
     rft: RftSection = field(default_factory=RftSection)
+    eto: EtoSection = field(default_factory=EtoSection)
+    failure_agent: FailureAgentSection = field(default_factory=FailureAgentSection)
 
     MOVED: ClassVar[dict[str, str]] = {
-        f"{section}.{old}": f"{section}.{new}"
-        for section in ("sft", "dpo")
-        for old, new in MOVED_INTO_GROUPS.items()
+        "later_lr": "eto.later_lr",
+        "later_beta": "eto.later_beta",
+        "lambda_sft": "failure_agent.lambda_sft",
+        "within_agent_pairs": "failure_agent.within_agent_pairs",
+        "hard_negative_threshold": "analysis.hard_negative_threshold",
+        **{
+            f"{section}.{old}": f"{section}.{new}"
+            for section in ("sft", "dpo")
+            for old, new in MOVED_INTO_GROUPS.items()
+        },
     }
     RETIRED: ClassVar[dict[str, str]] = {
         **{
@@ -192,8 +248,11 @@ class RunConfig:
             )
         if self.explore.samples < 1:
             raise ConfigError(f"explore.samples must be >= 1, got {self.explore.samples}.")
-        if not 0 < self.hard_negative_threshold < 1:
-            raise ConfigError("hard_negative_threshold must be in (0, 1).")
+        if self.model.backend == "server" and not (self.server.url and self.server.model):
+            raise ConfigError(
+                "model.backend is server but server.url or server.model is not set: give the "
+                "server's base URL and the name it serves the model under."
+            )
         if self.env.valid_tasks < 0:
             raise ConfigError(f"env.valid_tasks must be >= 0, got {self.env.valid_tasks}.")
         for split in self.eval.splits:
@@ -203,8 +262,13 @@ class RunConfig:
                 raise ConfigError(
                     f"eval.splits: unknown split {split!r}; use {', '.join(SPLITS)} or valid."
                 )
-        for section in (self.sft, self.dpo):
+        for name, section in (("sft", self.sft), ("dpo", self.dpo)):
             try:
                 section.validate()
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
+            if not section.checkpoints.save_final_model:
+                raise ConfigError(
+                    f"{name}.checkpoints.save_final_model must stay true in a run: each stage "
+                    "hands its model on through RUN_DIR/stages/<stage>/model."
+                )

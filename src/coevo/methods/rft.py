@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from coevo.methods import stages
-from coevo.methods.stages import Run
+from coevo.methods import rollouts, training
+from coevo.methods.run import Run, StageModel
+from coevo.methods.start import shared_start
 from coevo.pairs import by_task
 from coevo.trajectory import Task, Trajectory
 
@@ -38,13 +39,15 @@ def distinct_successes(rollouts: list[Trajectory]) -> list[Trajectory]:
     return kept
 
 
-def sample_round(run: Run, model, round_: int, train: list[Task]) -> list[Trajectory]:
+def sample_round(run: Run, model: StageModel, round_: int, train: list[Task]) -> list[Trajectory]:
+    """The round's samples: `rft.samples` per task, or DART's probes and then extra samples
+    for the tasks the probes found hard (stages `rft-<round>-probe`, `rft-<round>-extra<n>`)."""
     cfg = run.config.rft
     if not cfg.dart:
-        return stages.explore(
+        return rollouts.explore(
             run, model, "target", round_, train, samples=cfg.samples, stage_name=f"rft-{round_}"
         )
-    probes = stages.explore(
+    probes = rollouts.explore(
         run,
         model,
         "target",
@@ -58,23 +61,22 @@ def sample_round(run: Run, model, round_: int, train: list[Task]) -> list[Trajec
     for task_id, n in extra_samples(probes, cfg.dart_probes, cfg.dart_budget).items():
         if n > 0:
             by_count[n].append(tasks[task_id])
-    rollouts = list(probes)
+    played = list(probes)
     for n, group in sorted(by_count.items()):
-        rollouts += stages.explore(
+        played += rollouts.explore(
             run, model, "target", round_, group, samples=n, stage_name=f"rft-{round_}-extra{n}"
         )
-    return rollouts
+    return played
 
 
 def run_rft(run: Run) -> None:
-    experts = stages.experts(run)
-    base = stages.base_model(run)
-    demos = list(experts.values())
-    target = stages.sft(run, "target", base, demos, seed=run.config.seed)
-    stages.evaluate(run, target, iteration=0)
+    start = shared_start(run)
+    demos = list(start.experts.values())
+    target = start.target
     train = run.tasks("train")
     kept: list[Trajectory] = []
     for round_ in range(1, run.config.rft.rounds + 1):
         kept = distinct_successes(kept + sample_round(run, target, round_, train))
-        target = stages.sft(run, f"rft-{round_}", base, demos + kept, seed=run.config.seed)
-        stages.evaluate(run, target, round_)
+        # Each round fine-tunes the base model afresh, on experts + every success kept so far.
+        target = training.sft(run, f"rft-{round_}", start.base, demos + kept, run.config.seed)
+        rollouts.evaluate(run, target, round_)

@@ -3,6 +3,8 @@
 A rerun with the same directory and recipe skips every finished stage and resumes the one a
 kill cut off; a different recipe in the same directory is refused. The recipe is checked
 (coevo.methods.preflight) before the directory is made, so a bad one leaves nothing behind.
+What is saved as `config.yaml`, and hashed to recognise the run, is the recipe as its method
+reads it (`recorded`).
 """
 
 from __future__ import annotations
@@ -10,42 +12,42 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from coevo.config import ConfigError, save, to_dict
+from coevo.config import ConfigError, to_dict
 from coevo.envs.base import make
 from coevo.lock import lock_run_dir
-from coevo.methods.eto import run_eto
-from coevo.methods.failure_agent import run_failure_agent
 from coevo.methods.preflight import check_recipe
 from coevo.methods.recipe import RunConfig
-from coevo.methods.rft import run_rft
-from coevo.methods.sft import run_sft
-from coevo.methods.stages import Run
+from coevo.methods.registry import OPTIONAL, method
+from coevo.methods.run import Run
 from coevo.pipeline import Pipeline, RunDirError, write_atomic
 from coevo.rollout import EnvPool
 from coevo.store import Store, StoreError
-
-LOOPS: dict[str, Callable[[Run], None]] = {
-    "sft": run_sft,
-    "rft": run_rft,
-    "eto": run_eto,
-    "failure_agent": run_failure_agent,
-    "positive_agent": run_failure_agent,
-    "frozen_failure": run_failure_agent,
-}
 
 # Stages every method begins with, identical when env, model, sft and seed agree.
 SHARED_STAGES = ("experts", "model", "sft-target", "eval-0")
 SHARED_KEYS = ("env", "model", "sft", "seed", "eval")
 
 
+def recorded(config: RunConfig) -> dict[str, Any]:
+    """The recipe as its method reads it: without the keys only other methods read, and
+    without `server` unless the model is played through one."""
+    keep = set(method(config.method).reads)
+    values = to_dict(config)
+    dropped = [key for key in OPTIONAL if key not in keep]
+    if config.model.backend != "server":
+        dropped.append("server")
+    return {k: v for k, v in values.items() if k not in dropped}
+
+
 def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
     """Run (or finish) `config` in `out`; returns the run directory."""
     out = Path(out)
+    loop = method(config.method).loop
     check_recipe(config)
     threads = config.model.threads()
     if threads is not None:
@@ -54,8 +56,9 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
         torch.set_num_threads(threads)
     # Before anything is written: a second process on `out` is refused, not interleaved.
     with lock_run_dir(out):
-        pipeline = Pipeline(out, to_dict(config), quiet=quiet)
-        save(config, out / "config.yaml")
+        record = recorded(config)
+        pipeline = Pipeline(out, record, quiet=quiet)
+        (out / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
         try:
             store = Store(out, label=config.label)
         except StoreError as exc:  # a damaged store makes the directory unusable as it is
@@ -66,7 +69,7 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
         try:
             if config.init_from:
                 adopt(Path(config.init_from), config, pipeline, store)
-            LOOPS[config.method](Run(config, pipeline, store, pool))
+            loop(Run(config, pipeline, store, pool))
         except StoreError as exc:  # damage found mid-run: the same sentence, not a traceback
             raise RunDirError(str(exc)) from None
         finally:

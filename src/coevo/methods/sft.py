@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from coevo.methods import stages
-from coevo.methods.stages import Run
+from coevo.methods.run import Run
+from coevo.methods.start import shared_start
 
 
 def run_sft(run: Run) -> None:
-    experts = stages.experts(run)
-    base = stages.base_model(run)
-    target = stages.sft(run, "target", base, list(experts.values()), seed=run.config.seed)
-    stages.evaluate(run, target, iteration=0)
+    shared_start(run)  # experts, base model, SFT of the target, its evaluation

@@ -60,12 +60,18 @@ def check_model_dir(path: Path | str, what: str = "model") -> Path:
 
 
 class HFPolicy:
-    """A causal LM (and optional PEFT LoRA adapter) loaded from local directories."""
+    """A causal LM (and optional PEFT LoRA adapter) loaded from local directories.
+
+    `model`: the checkpoint at `path` already in memory (e.g. just trained), played as it is,
+    without loading it again, when it has the policy's dtype; it is moved to the policy's
+    device and put in eval mode, and never cast. The tokenizer always comes from `path`.
+    """
 
     def __init__(
         self,
         path: Path | str,
         *,
+        model: Any = None,
         adapter: Path | str | None = None,
         dtype: str | torch.dtype = "auto",
         device: str = "auto",
@@ -84,7 +90,10 @@ class HFPolicy:
             check_chat_template(self.tokenizer)
         except RenderError as exc:
             raise PolicyError(str(exc)) from None
-        model = AutoModelForCausalLM.from_pretrained(self.path, dtype=self.dtype)
+        if model is None or adapter is not None or model.dtype != self.dtype:
+            # (A module of another dtype is left as it is for its trainer: casting it here
+            # would cost that trainer its precision.)
+            model = AutoModelForCausalLM.from_pretrained(self.path, dtype=self.dtype)
         if adapter is not None:
             model = self._with_adapter(model, Path(adapter), merge_adapter)
         self.model = model.to(self.device).eval()

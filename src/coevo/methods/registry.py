@@ -1,0 +1,55 @@
+"""The methods by name: each one's loop and the recipe sections it reads.
+
+The one place a method is named: `RunConfig.method` is checked against it, the runner calls
+its loop, and the saved recipe of a run keeps the sections its method reads and drops those
+only other methods read (an SFT run's `config.yaml` has no `dpo` or `eto` section).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from coevo.config import ConfigError
+from coevo.methods.eto import run_eto
+from coevo.methods.failure_agent import run_failure_agent, run_frozen_failure, run_positive_agent
+from coevo.methods.rft import run_rft
+from coevo.methods.run import Run
+from coevo.methods.sft import run_sft
+
+EXPLORING = ("explore", "analysis")
+PREFERENCE = ("iterations", "dpo", *EXPLORING, "eto")
+CO_EVOLVING = (*PREFERENCE, "failure_agent")
+
+
+@dataclass(frozen=True)
+class Method:
+    loop: Callable[[Run], None]
+    """Runs the method's stages, top to bottom."""
+    reads: tuple[str, ...] = ()
+    """Recipe keys it reads beyond those every method reads (method, name, seed, init_from,
+    env, model, server, sft, eval)."""
+
+    @property
+    def explores(self) -> bool:
+        """Whether it samples from its models (so explore.max_new_tokens must fit too)."""
+        return "explore" in self.reads
+
+
+METHODS: dict[str, Method] = {
+    "sft": Method(run_sft),
+    "rft": Method(run_rft, (*EXPLORING, "rft")),
+    "eto": Method(run_eto, PREFERENCE),
+    "failure_agent": Method(run_failure_agent, CO_EVOLVING),
+    "positive_agent": Method(run_positive_agent, CO_EVOLVING),
+    "frozen_failure": Method(run_frozen_failure, CO_EVOLVING),
+}
+# Keys only some methods read: a run's saved recipe keeps those its method reads.
+OPTIONAL = sorted({key for method in METHODS.values() for key in method.reads})
+
+
+def method(name: str) -> Method:
+    """The method called `name`, or a ConfigError naming the ones there are."""
+    if name not in METHODS:
+        raise ConfigError(f"method must be one of {', '.join(map(repr, METHODS))}, not {name!r}.")
+    return METHODS[name]

@@ -1,0 +1,139 @@
+"""The stages that play episodes: exploration (`explore-<iteration>-<agent>`) and greedy
+evaluation (`eval-<iteration>`), and the policy they play with.
+
+Trajectories go to the run's store, tagged with iteration, stage and agent; later stages read
+them back from there. Both stages resume after a kill from what they committed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from coevo.analysis.outcomes import episode_stats, outcome_shares
+from coevo.methods.run import Run, StageModel
+from coevo.policy.base import Policy, Sampling
+from coevo.records import EvalRecord, ExploreRecord
+from coevo.rollout import rollout
+from coevo.trajectory import Task, Trajectory
+
+
+def policy(run: Run, model: StageModel, name: str) -> Policy:
+    """What plays `model` as agent `name`, as `model.backend` says: the checkpoint in-process
+    (the module itself when it is still in memory), or the recipe's generation server."""
+    cfg = run.config.model
+    if cfg.backend == "server":
+        from coevo.policy.server import ServerPolicy
+
+        server = run.config.server
+        return ServerPolicy(
+            str(server.url),
+            str(server.model),
+            tokenizer=model.path,
+            name=name,
+            api_key=os.environ.get(server.api_key_env) if server.api_key_env else None,
+            max_context=server.max_context,
+            timeout=server.timeout,
+            max_concurrency=server.max_concurrency,
+        )
+    from coevo.policy.hf import HFPolicy
+
+    return HFPolicy(model.path, model=model.module, dtype=cfg.dtype, device=cfg.device, name=name)
+
+
+def explore(
+    run: Run,
+    model: StageModel,
+    agent: str,
+    iteration: int,
+    tasks: list[Task],
+    *,
+    samples: int | None = None,
+    stage_name: str | None = None,
+) -> list[Trajectory]:
+    """Sampled rollouts of `agent` on `tasks` (stage `explore-<iteration>-<agent>`).
+
+    Episodes are stored chunk by chunk, each chunk in one transaction; after a kill the
+    stage reruns and plays only the (task, sample) episodes no committed chunk holds.
+    """
+    cfg = run.config.explore
+    samples = samples or cfg.samples
+    name = stage_name or f"explore-{iteration}-{agent}"
+    sampling = Sampling(
+        temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens
+    )
+    seed = run.config.seed * 1000 + iteration
+
+    def stage(_: Path) -> ExploreRecord:
+        done = {(t.task.id, t.sample) for t in run.store.trajectories(stage=name)}
+        todo = [task for task in tasks if any((task.id, k) not in done for k in range(samples))]
+        if todo:
+            agent_policy = policy(run, model, agent)
+            for start in range(0, len(todo), cfg.chunk):
+                chunk = todo[start : start + cfg.chunk]
+                played = rollout(
+                    agent_policy,
+                    run.pool,
+                    chunk,
+                    sampling=sampling,
+                    samples=samples,
+                    batch_size=cfg.batch_size,
+                    seed=seed,
+                    agent=agent,
+                    max_length=run.config.model.max_length,
+                    description=f"{name} {start + len(chunk)}/{len(todo)}",
+                )
+                fresh = [t for t in played if (t.task.id, t.sample) not in done]
+                run.store.add_trajectories(fresh, iteration=iteration, stage=name)
+        played = run.store.trajectories(stage=name)
+        stats = episode_stats(played)
+        threshold = run.config.analysis.hard_negative_threshold
+        return ExploreRecord(
+            iteration=iteration,
+            episodes=len(played),
+            mean_reward=stats.reward,
+            stats={agent: stats},
+            outcomes={agent: outcome_shares([t.reward for t in played], threshold)},
+        )
+
+    inputs = {
+        "model": str(model.path),
+        "tasks": len(tasks),
+        "samples": samples,
+        "sampling": sampling.to_dict(),
+        "seed": seed,
+    }
+    run.stage(name, stage, ExploreRecord.from_dict, inputs)
+    return run.store.trajectories(stage=name)
+
+
+def evaluate(run: Run, model: StageModel, iteration: int) -> EvalRecord:
+    """Greedy rollouts of the target on the evaluated splits (stage `eval-<iteration>`)."""
+    cfg = run.config.eval
+    sampling = Sampling(temperature=0.0, max_new_tokens=cfg.max_new_tokens)
+
+    def stage(_: Path) -> EvalRecord:
+        target = policy(run, model, "target")
+        splits = {}
+        for split in cfg.splits:
+            name = f"eval-{iteration}-{split}"
+            # A split finished before a kill is read back rather than played and stored again.
+            played = run.store.trajectories(stage=name)
+            if not played:
+                played = rollout(
+                    target,
+                    run.pool,
+                    run.tasks(split),
+                    sampling=sampling,
+                    batch_size=cfg.batch_size,
+                    seed=run.config.seed,
+                    agent="target",
+                    max_length=run.config.model.max_length,
+                    description=f"eval {iteration} {split}",
+                )
+                run.store.add_trajectories(played, iteration=iteration, stage=name)
+            splits[split] = episode_stats(played)
+        return EvalRecord(iteration, splits)
+
+    inputs = {"model": str(model.path), "sampling": sampling.to_dict()}
+    return run.stage(f"eval-{iteration}", stage, EvalRecord.from_dict, inputs)

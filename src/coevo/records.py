@@ -1,0 +1,199 @@
+"""What each stage of a run records: small typed records, one per kind of stage.
+
+A stage returns one; the pipeline writes `to_dict()` into the stage's manifest (`outputs`), a
+rerun that skips the stage reads it back with `from_dict`, and `coevo compare` reads runs
+through `read`. The JSON is the shape runs have always written, `{"kind": ..., fields}`, so
+runs made before these records existed read the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class EpisodeStats:
+    """How a set of episodes went (`coevo.analysis.outcomes.episode_stats`)."""
+
+    reward: float
+    """Mean final reward."""
+    success: float
+    """Share of episodes with reward 1."""
+    n: int = 0
+    """Episodes."""
+    mean_steps: float | None = None
+    """Mean steps per episode (None: recorded before it was kept)."""
+    format_error_rate: float | None = None
+    """Replies with no parsable action, per step."""
+    invalid_action_rate: float | None = None
+    """Actions the env could not carry out, per step."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EpisodeStats:
+        return cls(**{k: d[k] for k in _names(cls) if k in d})
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def _plain(record: Any) -> dict[str, Any]:
+    """`{"kind": ..., fields}` of a record (EpisodeStats inside it without their Nones)."""
+    out: dict[str, Any] = {"kind": record.KIND}
+    for name in _names(type(record)):
+        value = getattr(record, name)
+        if isinstance(value, EpisodeStats):
+            value = value.to_dict()
+        elif isinstance(value, dict):
+            value = {k: v.to_dict() if isinstance(v, EpisodeStats) else v for k, v in value.items()}
+        out[name] = value
+    return out
+
+
+def _stats(d: dict[str, Any]) -> dict[str, EpisodeStats]:
+    return {k: EpisodeStats.from_dict(v) for k, v in d.items()}
+
+
+@dataclass(frozen=True)
+class ExpertsRecord:
+    """Stage `experts`: the demonstrations of the train tasks."""
+
+    KIND: ClassVar[str] = "experts"
+    tasks: int
+    solved: int
+    """Tasks whose expert reached reward 1 (the others have no demonstration)."""
+    refused: list[str] = field(default_factory=list)
+    """The first tasks whose expert the env refused, with its reason."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExpertsRecord:
+        return cls(d["tasks"], d["solved"], list(d.get("refused") or []))
+
+
+@dataclass(frozen=True)
+class SftRecord:
+    """A fine-tuning stage (`sft-<agent>`, `rft-<round>`) or a model's warm-up."""
+
+    KIND: ClassVar[str] = "sft"
+    examples: int
+    steps: int
+    final_loss: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SftRecord:
+        return cls(d["examples"], d["steps"], d.get("final_loss"))
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """Stage `model`: a locally initialised model (sizes, vocabulary) and its warm-up."""
+
+    KIND: ClassVar[str] = "model"
+    info: dict[str, Any]
+    """What `coevo.policy.tiny.init_model` reports (written flat into the manifest)."""
+    pretrain: SftRecord | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"kind": self.KIND, **self.info}
+        if self.pretrain is not None:
+            out["pretrain"] = self.pretrain.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelRecord:
+        info = {k: v for k, v in d.items() if k not in ("kind", "pretrain")}
+        pretrain = SftRecord.from_dict(d["pretrain"]) if d.get("pretrain") else None
+        return cls(info, pretrain)
+
+
+@dataclass(frozen=True)
+class DpoRecord:
+    """A preference stage (`dpo-<iteration>-<agent>`)."""
+
+    KIND: ClassVar[str] = "dpo"
+    pairs: int
+    pair_kinds: dict[str, int] = field(default_factory=dict)
+    steps: int = 0
+    final: dict[str, float] = field(default_factory=dict)
+    """The numbers of the last logged step (loss, reward accuracy, margins, ...)."""
+    skipped: bool = False
+    """No pairs: the model carried over untrained."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DpoRecord:
+        return cls(
+            d["pairs"],
+            dict(d.get("pair_kinds") or {}),
+            d.get("steps", 0),
+            dict(d.get("final") or {}),
+            bool(d.get("skipped", False)),
+        )
+
+
+@dataclass(frozen=True)
+class ExploreRecord:
+    """An exploration stage (`explore-<iteration>-<agent>`, RFT's sampling rounds)."""
+
+    KIND: ClassVar[str] = "explore"
+    iteration: int
+    episodes: int = 0
+    mean_reward: float = 0.0
+    stats: dict[str, EpisodeStats] = field(default_factory=dict)
+    """Agent -> how its episodes went."""
+    outcomes: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Agent -> share of success, hard negative and failure (the paper's Table 2)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExploreRecord:
+        return cls(
+            d["iteration"],
+            d.get("episodes", 0),
+            d.get("mean_reward", 0.0),
+            _stats(d.get("stats") or {}),
+            {agent: dict(shares) for agent, shares in (d.get("outcomes") or {}).items()},
+        )
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """An evaluation stage (`eval-<iteration>`): greedy episodes on each evaluated split."""
+
+    KIND: ClassVar[str] = "eval"
+    iteration: int
+    """0: after SFT; i: after iteration (or RFT round) i."""
+    splits: dict[str, EpisodeStats]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EvalRecord:
+        return cls(d["iteration"], _stats(d["splits"]))
+
+
+Record = ExpertsRecord | ModelRecord | SftRecord | DpoRecord | ExploreRecord | EvalRecord
+KINDS: dict[str, Any] = {
+    r.KIND: r for r in (ExpertsRecord, ModelRecord, SftRecord, DpoRecord, ExploreRecord, EvalRecord)
+}
+
+
+def read(outputs: dict[str, Any]) -> Record | None:
+    """The record of a manifest's `outputs` (None: a kind this version does not know)."""
+    kind = KINDS.get(outputs.get("kind", ""))
+    return kind.from_dict(outputs) if kind is not None else None

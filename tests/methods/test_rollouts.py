@@ -1,0 +1,46 @@
+"""The policy exploration and evaluation play with: the backend the recipe names."""
+
+from __future__ import annotations
+
+from coevo.config import build
+from coevo.methods.recipe import RunConfig
+from coevo.methods.rollouts import policy
+from coevo.methods.run import Run, StageModel
+from coevo.pipeline import Pipeline
+
+
+def run_with(tmp_path, **values) -> Run:
+    return Run(build(RunConfig, values), Pipeline(tmp_path, {}), None, None)  # type: ignore[arg-type]
+
+
+def test_the_recipe_chooses_the_backend(tmp_path, nano_model_dir, monkeypatch):
+    from coevo.policy.hf import HFPolicy
+    from coevo.policy.server import ServerPolicy
+
+    local = policy(run_with(tmp_path / "a"), StageModel(nano_model_dir), "target")
+    assert isinstance(local, HFPolicy) and local.name == "target"
+    monkeypatch.setenv("TEST_SERVER_KEY", "secret")
+    server = {"url": "http://gpu-box:8000/v1/", "model": "toy", "max_context": 512}
+    server["api_key_env"] = "TEST_SERVER_KEY"
+    run = run_with(tmp_path / "b", model={"backend": "server"}, server=server)
+    remote = policy(run, StageModel(nano_model_dir), "failure")
+    assert isinstance(remote, ServerPolicy)
+    assert (remote.url, remote.model, remote.name) == (
+        "http://gpu-box:8000/v1/completions",
+        "toy",
+        "failure",
+    )
+    assert remote.api_key == "secret" and remote.tokenizer.vocab == local.tokenizer.vocab
+
+
+def test_a_model_in_memory_is_played_as_it_is(tmp_path, nano_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    module = AutoModelForCausalLM.from_pretrained(nano_model_dir, dtype=torch.float32)
+    played = policy(run_with(tmp_path), StageModel(nano_model_dir, module), "target")
+    assert played.model is module  # not loaded again
+    wide = policy(
+        run_with(tmp_path, model={"dtype": "float64"}), StageModel(nano_model_dir, module), "t"
+    )
+    assert wide.model is not module and module.dtype == torch.float32  # never cast
