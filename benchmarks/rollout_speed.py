@@ -39,11 +39,12 @@ from machine import describe
 
 from coevo.envs import make
 from coevo.envs.episode import observation_message, opening_message
+from coevo.envs.pool import EnvPool
 from coevo.policy.base import Sampling
 from coevo.policy.hf import HFPolicy
 from coevo.policy.models import PRETRAINED, get_model
 from coevo.render import render_prompt
-from coevo.rollout import EnvPool, episode_seed, rollout, step_seed
+from coevo.rollout import episode_seed, rollout, step_seed
 from coevo.trajectory import Turn
 
 RESULTS = Path(__file__).parent / "results" / "rollout_speed.md"

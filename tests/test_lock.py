@@ -30,7 +30,7 @@ TINY = {
     "env": {"name": "tests.toy_env:ToyEnv", "options": {}},
     "model": {"size": "nano", "max_length": 512},
     "method": "sft",
-    "sft": {"epochs": 1, "batch_size": 8, "lr": 3e-3, "progress": False},
+    "sft": {"epochs": 1, "batch_size": 8, "optim": {"lr": 3e-3}, "progress": False},
     "eval": {"max_new_tokens": 8, "batch_size": 16},
 }
 

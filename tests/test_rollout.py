@@ -8,8 +8,9 @@ from collections import Counter
 import pytest
 
 from coevo.envs.episode import replay
+from coevo.envs.pool import EnvPool
 from coevo.policy.base import Completion, Sampling
-from coevo.rollout import EnvPool, episode_seed, rollout
+from coevo.rollout import episode_seed, rollout
 from tests.toy_env import ToyEnv
 
 

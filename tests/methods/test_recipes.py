@@ -38,9 +38,9 @@ def test_valid_slice_needs_valid_tasks():
 def test_valid_split_is_the_train_tail_the_run_never_trains_on(tmp_path):
     from coevo.config import build
     from coevo.envs.base import make
+    from coevo.envs.pool import EnvPool
     from coevo.methods.run import Run
     from coevo.pipeline import Pipeline
-    from coevo.rollout import EnvPool
 
     values = {
         "env": {"name": "tests.toy_env:ToyEnv", "valid_tasks": 3, "train_tasks": 4},

@@ -19,6 +19,7 @@ from coevo.policy import models
 from coevo.policy.models import ModelError, Packaged, convert_gguf, get_model, gguf_path
 from coevo.render import render, render_prompt
 from coevo.trajectory import Task, Trajectory, Turn
+from tests.test_render import masked_spans
 
 SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2 as in SmolLM2
 CHAT_TEMPLATE = (
@@ -318,17 +319,6 @@ def conversation() -> Trajectory:
         Turn("assistant", "Thought: done.\nAction: click[buy now]"),
     )
     return Trajectory(task, "t", turns, 1.0, True, False, 3)
-
-
-def masked_spans(ids: list[int], mask: list[int]) -> list[list[int]]:
-    spans, current = [], []
-    for i, m in zip(ids, mask, strict=True):
-        if m:
-            current.append(i)
-        elif current:
-            spans.append(current)
-            current = []
-    return [*spans, current] if current else spans
 
 
 @pytest.mark.slow

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from coevo.envs.pool import EnvPool
 from coevo.methods.recipe import RunConfig
 from coevo.pipeline import Pipeline
-from coevo.rollout import EnvPool
 from coevo.store import Store
 from coevo.trajectory import Task
 

@@ -19,13 +19,13 @@ import yaml
 
 from coevo.config import ConfigError, to_dict
 from coevo.envs.base import make
+from coevo.envs.pool import EnvPool
 from coevo.lock import lock_run_dir
 from coevo.methods.preflight import check_recipe
 from coevo.methods.recipe import RunConfig
 from coevo.methods.registry import OPTIONAL, method
 from coevo.methods.run import Run
 from coevo.pipeline import Pipeline, RunDirError, write_atomic
-from coevo.rollout import EnvPool
 from coevo.store import Store, StoreError
 
 # Stages every method begins with, identical when env, model, sft and seed agree.
