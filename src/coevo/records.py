@@ -8,8 +8,11 @@ runs made before these records existed read the same.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class EpisodeStats:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EpisodeStats:
-        return cls(**{k: d[k] for k in _names(cls) if k in d})
+        return _from(cls, d)
 
 
 def _names(cls: type) -> tuple[str, ...]:
@@ -58,6 +61,16 @@ def _stats(d: dict[str, Any]) -> dict[str, EpisodeStats]:
     return {k: EpisodeStats.from_dict(v) for k, v in d.items()}
 
 
+def _from(cls: type[T], d: dict[str, Any], **convert: Callable[[Any], Any]) -> T:
+    """A record of `cls` from a manifest's outputs: the fields there are (one that is not, as
+    in a run from before it was recorded, keeps its default), each through its converter."""
+    return cls(**{k: convert.get(k, _same)(d[k]) for k in _names(cls) if k in d})
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
 @dataclass(frozen=True)
 class ExpertsRecord:
     """Stage `experts`: the demonstrations of the train tasks."""
@@ -74,7 +87,7 @@ class ExpertsRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ExpertsRecord:
-        return cls(d["tasks"], d["solved"], list(d.get("refused") or []))
+        return _from(cls, d)
 
 
 @dataclass(frozen=True)
@@ -91,7 +104,7 @@ class SftRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SftRecord:
-        return cls(d["examples"], d["steps"], d.get("final_loss"))
+        return _from(cls, d)
 
 
 @dataclass(frozen=True)
@@ -134,13 +147,7 @@ class DpoRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DpoRecord:
-        return cls(
-            d["pairs"],
-            dict(d.get("pair_kinds") or {}),
-            d.get("steps", 0),
-            dict(d.get("final") or {}),
-            bool(d.get("skipped", False)),
-        )
+        return _from(cls, d)
 
 
 @dataclass(frozen=True)
@@ -161,13 +168,7 @@ class ExploreRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ExploreRecord:
-        return cls(
-            d["iteration"],
-            d.get("episodes", 0),
-            d.get("mean_reward", 0.0),
-            _stats(d.get("stats") or {}),
-            {agent: dict(shares) for agent, shares in (d.get("outcomes") or {}).items()},
-        )
+        return _from(cls, d, stats=_stats)
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ class EvalRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EvalRecord:
-        return cls(d["iteration"], _stats(d["splits"]))
+        return _from(cls, d, splits=_stats)
 
 
 Record = ExpertsRecord | ModelRecord | SftRecord | DpoRecord | ExploreRecord | EvalRecord
