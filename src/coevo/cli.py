@@ -307,7 +307,8 @@ def demo(
         list[str] | None, typer.Argument(help="Overrides of the demo recipe (key=value).")
     ] = None,
 ) -> None:
-    """The quick start: SFT, ETO and failure-agent on the built-in shop, then the tables."""
+    """The quick start: SFT, ETO and failure-agent on the built-in sql env with
+    SmolLM2-135M-Instruct, then the tables."""
     from coevo.config import ConfigError
     from coevo.methods.demo import run_demo
     from coevo.pipeline import RunDirError
