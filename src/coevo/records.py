@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
 T = TypeVar("T")
+P = TypeVar("P", bound="_Plain")
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,23 @@ def _same(value: Any) -> Any:
     return value
 
 
+class _Plain:
+    """`to_dict` / `from_dict` of a record whose manifest shape is `{"kind": ..., fields}`;
+    `CONVERT` names the fields read back through a converter."""
+
+    KIND: ClassVar[str]
+    CONVERT: ClassVar[dict[str, Callable[[Any], Any]]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+    @classmethod
+    def from_dict(cls: type[P], d: dict[str, Any]) -> P:
+        return _from(cls, d, **cls.CONVERT)
+
+
 @dataclass(frozen=True)
-class ExpertsRecord:
+class ExpertsRecord(_Plain):
     """Stage `experts`: the demonstrations of the train tasks."""
 
     KIND: ClassVar[str] = "experts"
@@ -82,29 +98,15 @@ class ExpertsRecord:
     refused: list[str] = field(default_factory=list)
     """The first tasks whose expert the env refused, with its reason."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ExpertsRecord:
-        return _from(cls, d)
-
 
 @dataclass(frozen=True)
-class SftRecord:
+class SftRecord(_Plain):
     """A fine-tuning stage (`sft-<agent>`, `rft-<round>`) or a model's warm-up."""
 
     KIND: ClassVar[str] = "sft"
     examples: int
     steps: int
     final_loss: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SftRecord:
-        return _from(cls, d)
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ class ModelRecord:
 
 
 @dataclass(frozen=True)
-class DpoRecord:
+class DpoRecord(_Plain):
     """A preference stage (`dpo-<iteration>-<agent>`)."""
 
     KIND: ClassVar[str] = "dpo"
@@ -142,19 +144,13 @@ class DpoRecord:
     skipped: bool = False
     """No pairs: the model carried over untrained."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DpoRecord:
-        return _from(cls, d)
-
 
 @dataclass(frozen=True)
-class ExploreRecord:
+class ExploreRecord(_Plain):
     """An exploration stage (`explore-<iteration>-<agent>`, RFT's sampling rounds)."""
 
     KIND: ClassVar[str] = "explore"
+    CONVERT: ClassVar[dict[str, Callable[[Any], Any]]] = {"stats": _stats}
     iteration: int
     episodes: int = 0
     mean_reward: float = 0.0
@@ -163,29 +159,16 @@ class ExploreRecord:
     outcomes: dict[str, dict[str, float]] = field(default_factory=dict)
     """Agent -> share of success, hard negative and failure (the paper's Table 2)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ExploreRecord:
-        return _from(cls, d, stats=_stats)
-
 
 @dataclass(frozen=True)
-class EvalRecord:
+class EvalRecord(_Plain):
     """An evaluation stage (`eval-<iteration>`): greedy episodes on each evaluated split."""
 
     KIND: ClassVar[str] = "eval"
+    CONVERT: ClassVar[dict[str, Callable[[Any], Any]]] = {"splits": _stats}
     iteration: int
     """0: after SFT; i: after iteration (or RFT round) i."""
     splits: dict[str, EpisodeStats]
-
-    def to_dict(self) -> dict[str, Any]:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EvalRecord:
-        return _from(cls, d, splits=_stats)
 
 
 Record = ExpertsRecord | ModelRecord | SftRecord | DpoRecord | ExploreRecord | EvalRecord
