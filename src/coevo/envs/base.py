@@ -116,11 +116,12 @@ class EpisodeClock:
 
 
 # name -> factory, or "module:attribute" imported on first use so optional extras
-# (scienceworld) are only needed by the env that uses them.
+# (scienceworld, bfcl-eval) are only needed by the env that uses them.
 _REGISTRY: dict[str, Callable[..., Env] | str] = {
     "shop": "coevo.envs.shop:ShopEnv",
     "sql": "coevo.envs.sql:SqlEnv",
     "sciworld": "coevo.envs.sciworld:SciWorldEnv",
+    "bfcl": "coevo.envs.bfcl:BfclEnv",
 }
 
 
