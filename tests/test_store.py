@@ -287,3 +287,31 @@ def test_a_store_from_before_the_sample_column_is_brought_up_to_date(tmp_path):
     with Store(tmp_path, create=False) as store:
         (back,) = store.trajectories()
     assert back.sample == 3 and back.turns == old.turns
+
+
+def test_a_read_only_store_reads_an_old_store_and_changes_nothing(tmp_path):
+    import hashlib
+    import sqlite3
+
+    old = make_trajectory(0, 0.5)
+    with Store(tmp_path) as store:
+        store.add_trajectories([old])
+        store.add_pairs([Pair(old, make_trajectory(3, 0.0), "expert_vs_target")])
+    with sqlite3.connect(tmp_path / "store.sqlite") as db:
+        db.execute("ALTER TABLE trajectories DROP COLUMN sample")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def digest() -> str:
+        return hashlib.sha256((tmp_path / "store.sqlite").read_bytes()).hexdigest()
+
+    before = digest()
+    with Store(tmp_path, readonly=True) as store:
+        assert [t.turns for t in store.trajectories()][0] == old.turns
+        assert store.trajectories()[0].sample == 0
+        assert store.pairs()[0].kind == "expert_vs_target"
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            store.add_trajectories([old])
+    assert digest() == before  # not migrated: the older coevo that wrote it still reads it
+    with pytest.raises(StoreError, match="No store at"):
+        Store(tmp_path / "missing", readonly=True)
+    assert not (tmp_path / "missing").exists()

@@ -136,16 +136,39 @@ def store_path(path: Path | str) -> Path:
 class Store:
     """A run's SQLite store; `label` names the run in every row (default: the directory name)."""
 
-    def __init__(self, path: Path | str, *, label: str | None = None, create: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        label: str | None = None,
+        create: bool = True,
+        readonly: bool = False,
+    ) -> None:
+        """`readonly`: only read (reports, exports), never migrate or write, so a finished run
+        made by an older coevo, or one on a read-only disk, reads as it is."""
         self.path = store_path(path)
+        self._columns = _TRAJECTORY_COLUMNS
         if not self.path.exists():
-            if not create:
+            if not create or readonly:
                 raise StoreError(
                     f"No store at {str(self.path)!r}: pass a run directory that a coevo run "
                     "has written to."
                 )
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.label = label or self.path.parent.name
+        if readonly:
+            self._db = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0
+            )
+            try:
+                with self._guard():
+                    columns = {r[1] for r in self._db.execute("PRAGMA table_info(trajectories)")}
+            except BaseException:
+                self._db.close()
+                raise
+            if "sample" not in columns:  # a store from before the column (see `_migrate`)
+                self._columns = _TRAJECTORY_COLUMNS.replace("sample", "0")
+            return
         # Autocommit mode: each batch opens its own explicit transaction below.
         self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
         try:
@@ -324,7 +347,7 @@ class Store:
             if value is not None:
                 where.append(f"{column} {op} ?")
                 args.append(value)
-        sql = f"SELECT {_TRAJECTORY_COLUMNS} FROM trajectories"
+        sql = f"SELECT {self._columns} FROM trajectories"
         if where:
             sql += " WHERE " + " AND ".join(where)
         with self._guard():
@@ -381,7 +404,7 @@ class Store:
         for start in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
             chunk = ids[start : start + 500]
             rows = self._db.execute(
-                f"SELECT {_TRAJECTORY_COLUMNS} FROM trajectories "
+                f"SELECT {self._columns} FROM trajectories "
                 f"WHERE id IN ({','.join('?' * len(chunk))})",
                 chunk,
             )
