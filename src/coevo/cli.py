@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -32,7 +33,7 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int = 2) -> None:
     """Print a user-facing error in one sentence and exit: no traceback for a user's mistake."""
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -273,13 +274,18 @@ def run_command(
 
 @app.command("compare")
 def compare_command(
-    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories to compare.")],
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="Run directories to compare (others are skipped).")
+    ],
     out: Annotated[
         Path | None, typer.Option("--out", help="Write <out>.md and <out>.json.")
     ] = None,
-    metric: Annotated[str, typer.Option(help="reward or success.")] = "reward",
+    metric: Annotated[
+        str, typer.Option(help="What the cells show: reward (mean final reward) or success.")
+    ] = "reward",
 ) -> None:
-    """Tables of the paper's layout: reward per method x env/split, and outcome shares."""
+    """Tables of the paper's layout: the metric per method x env/split, finally and per
+    iteration (with the episodes behind each cell), how the agent acted, outcome shares."""
     import json
 
     from coevo.analysis.compare import compare, to_markdown
@@ -288,6 +294,8 @@ def compare_command(
         tables = compare(run_dirs, metric=metric)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
+    for note in tables["skipped"]:
+        err_console.print(f"[dim]{escape(note)}[/]", soft_wrap=True)
     print(to_markdown(tables))  # plain: Markdown tables must not be wrapped
     if out is not None:
         out.with_suffix(".md").write_text(to_markdown(tables))

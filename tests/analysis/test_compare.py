@@ -81,3 +81,53 @@ def test_a_damaged_manifest_counts_as_an_unfinished_stage(tmp_path):
     d.joinpath("manifest.json").write_text('{"outputs": {"kind": "ev')
     summary = read_run(run)
     assert summary.final_iteration == 2 and summary.final_eval["test_seen"].reward == 0.5
+
+
+def test_cells_say_how_many_episodes_are_behind_them(tmp_path):
+    runs = []
+    for seed, reward in ((0, 0.5), (1, 0.7)):
+        run = fake_run(tmp_path, f"s{seed}", "eto", seed, 0.0, 0.0)
+        splits = {"test_seen": {"reward": reward, "success": 0.0, "n": 40}}
+        (run / "stages" / "eval-2" / "manifest.json").write_text(
+            json.dumps({"outputs": {"kind": "eval", "iteration": 2, "splits": splits}})
+        )
+        runs.append(run)
+    tables = compare(runs)
+    assert tables["episodes"]["eto"]["shop test_seen"] == 80
+    md = to_markdown(tables)
+    # Two seeds of 40 episodes: mean 60.0, std of (50, 70) = 14.1.
+    assert "| eto | 60.0 ± 14.1 (n=80) |" in md
+    assert "| eto | shop test_seen | 0.0 ± 0.0 | - | 60.0 ± 14.1 (n=80) |" in md
+
+
+def test_paths_that_are_not_runs_are_skipped_with_a_note(tmp_path):
+    run = fake_run(tmp_path, "eto", "eto", 0, 0.5, 0.3)
+    (tmp_path / "compare.md").write_text("tables")
+    (tmp_path / "report").mkdir()
+    tables = compare(sorted(tmp_path.iterdir()))
+    assert tables["runs"] == [str(run)]
+    assert len(tables["skipped"]) == 2
+    assert any("compare.md" in note and "not a run directory" in note for note in tables["skipped"])
+    with pytest.raises(FileNotFoundError, match="no coevo run directory among"):
+        compare([tmp_path / "compare.md", tmp_path / "report"])
+
+
+def test_compare_command_checks_the_metric_and_names_the_skipped(tmp_path):
+    from typer.testing import CliRunner
+
+    from coevo.cli import app
+
+    run = fake_run(tmp_path, "eto", "eto", 0, 0.5, 0.3)
+    (tmp_path / "compare.md").write_text("tables")
+    runner = CliRunner()
+    result = runner.invoke(app, ["compare", str(run), "--metric", "accuracy"])
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "error: --metric must be one of reward, success, not 'accuracy'."
+    )
+    help_text = runner.invoke(app, ["compare", "--help"]).output
+    assert "reward" in help_text and "success" in help_text
+    result = runner.invoke(app, ["compare", str(run), str(tmp_path / "compare.md")])
+    assert result.exit_code == 0, result.output
+    assert "| eto | 50.0 | 30.0 | 40.0 |" in result.stdout
+    assert "not a run directory" in result.stderr

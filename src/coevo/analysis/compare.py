@@ -1,91 +1,52 @@
 """Compare runs: the paper's Table 3 (reward per method x env/split) and Table 2 (outcomes).
 
-Reads run directories written by `coevo run`: `config.yaml` (method, env.name, seed) and the
-stage manifests, through their records (`coevo.records`): each eval stage's `EvalRecord`
-(episode stats per split) and each exploration's `ExploreRecord` (outcome shares per agent).
-A method's score in a run is its last finished eval; cells are mean +- std over seeds.
+Reads run directories written by `coevo run` (`coevo.analysis.runs`): each eval stage's
+`EvalRecord` (episode stats per split) and each exploration's `ExploreRecord` (outcome shares
+per agent). A method's score in a run is its last finished eval; cells are mean +- std over
+seeds, with the number of episodes behind them. Paths that are not runs are skipped with a note.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from coevo.analysis.outcomes import OUTCOMES
-from coevo.records import EpisodeStats, EvalRecord, ExploreRecord, read
+from coevo.analysis.runs import read_run, read_runs
+
+__all__ = ["METRICS", "compare", "read_run", "to_markdown"]
 
 METRICS = ("reward", "success")
 # Per-episode behaviour every eval records beside its reward (`outcomes.episode_stats`).
 BEHAVIOUR = ("format_error_rate", "invalid_action_rate", "mean_steps")
 
 
-@dataclass
-class RunSummary:
-    """What one run directory contributes to the tables."""
-
-    path: str
-    method: str
-    env: str
-    seed: int | None
-    final_eval: dict[str, EpisodeStats] = field(default_factory=dict)
-    """split -> how the last finished eval went."""
-    final_iteration: int = -1
-    evals: dict[int, dict[str, EpisodeStats]] = field(default_factory=dict)
-    """iteration -> split -> scores of every finished eval (0: after SFT)."""
-    outcomes: dict[str, list[dict[str, float]]] = field(default_factory=dict)
-    """agent -> outcome shares of each exploration."""
-
-
-def read_run(run_dir: str | Path) -> RunSummary:
-    run_dir = Path(run_dir)
-    config_path = run_dir / "config.yaml"
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{str(run_dir)!r} is not a coevo run directory (no config.yaml).")
-    config = yaml.safe_load(config_path.read_text()) or {}
-    summary = RunSummary(
-        path=str(run_dir),
-        method=str(config.get("name") or config.get("method", "?")),
-        env=str((config.get("env") or {}).get("name", "?")),
-        seed=config.get("seed"),
-    )
-    manifests = sorted((run_dir / "stages").glob("*/manifest.json"))
-    for path in manifests:
-        try:
-            record = read(json.loads(path.read_text()).get("outputs", {}))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue  # a damaged manifest is an unfinished stage (the run reruns it)
-        if isinstance(record, EvalRecord):
-            summary.evals[record.iteration] = record.splits
-            if record.iteration >= summary.final_iteration:
-                summary.final_iteration = record.iteration
-                summary.final_eval = record.splits
-        elif isinstance(record, ExploreRecord):
-            for agent, shares in record.outcomes.items():
-                summary.outcomes.setdefault(agent, []).append(shares)
-    return summary
-
-
-def _cell(values: list[float], scale: float = 100.0) -> str:
+def _cell(values: list[float], episodes: int = 0, scale: float = 100.0) -> str:
+    """`mean ± std (n=episodes)`: the std over seeds, the episodes summed over them (a run
+    from before episode counts were recorded shows none)."""
     if not values:
         return "-"
     mean = statistics.fmean(values) * scale
+    count = f" (n={episodes})" if episodes else ""
     if len(values) == 1:
-        return f"{mean:.1f}"
-    return f"{mean:.1f} ± {statistics.stdev(values) * scale:.1f}"
+        return f"{mean:.1f}{count}"
+    return f"{mean:.1f} ± {statistics.stdev(values) * scale:.1f}{count}"
 
 
 def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any]:
-    """Tables as data: {"columns", "rows": {method: {column: [values]}}, "outcomes": ...}."""
+    """Tables as data: {"columns", "rows": {method: {column: [values]}}, "episodes": {method:
+    {column: n}}, "outcomes", "iterations", "behaviour", "runs", "skipped": [notes]}."""
     if metric not in METRICS:
-        raise ValueError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}.")
-    runs = [read_run(d) for d in run_dirs]
+        raise ValueError(f"--metric must be one of {', '.join(METRICS)}, not {metric!r}.")
+    runs, skipped = read_runs(list(run_dirs))
     rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    episodes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    # method -> column -> iteration -> episodes summed over seeds
+    iteration_episodes: dict[str, dict[str, dict[int, int]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(int))
+    )
     columns: list[str] = []
     outcome_rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     # method -> column -> iteration -> values over seeds
@@ -101,6 +62,7 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
             for split, scores in splits.items():
                 column = f"{run.env} {split}"
                 by_iteration[run.method][column][iteration].append(float(getattr(scores, metric)))
+                iteration_episodes[run.method][column][iteration] += scores.n
                 for stat in BEHAVIOUR:
                     value = getattr(scores, stat)
                     if value is not None:  # evals recorded before these stats existed lack them
@@ -110,6 +72,7 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
             if column not in columns:
                 columns.append(column)
             rows[run.method][column].append(float(getattr(scores, metric)))
+            episodes[run.method][column] += scores.n
         for agent, explorations in run.outcomes.items():
             for shares in explorations:
                 for name in OUTCOMES:
@@ -120,6 +83,7 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
         "metric": metric,
         "columns": columns,
         "rows": {m: dict(c) for m, c in rows.items()},
+        "episodes": {m: dict(c) for m, c in episodes.items()},
         "outcomes": {m: dict(c) for m, c in outcome_rows.items()},
         "iterations": {
             m: {c: {str(i): v for i, v in sorted(its.items())} for c, its in cols.items()}
@@ -134,14 +98,20 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
             }
             for m, cols in behaviour.items()
         },
+        "iteration_episodes": {
+            m: {c: {str(i): n for i, n in sorted(its.items())} for c, its in cols.items()}
+            for m, cols in iteration_episodes.items()
+        },
         "runs": [r.path for r in runs],
+        "skipped": skipped,
     }
 
 
 def to_markdown(tables: dict[str, Any]) -> str:
     columns = tables["columns"]
+    counts = tables.get("episodes") or {}
     lines = [
-        f"### Average {tables['metric']} (x100, mean ± std over seeds)",
+        f"### Average {tables['metric']} (x100, mean ± std over seeds; n = episodes)",
         "",
         "| method | " + " | ".join(columns) + " | average |",
         "| --- |" + " --- |" * (len(columns) + 1),
@@ -151,7 +121,7 @@ def to_markdown(tables: dict[str, Any]) -> str:
         average = f"{statistics.fmean(means) * 100:.1f}" if means else "-"
         lines.append(
             f"| {method} | "
-            + " | ".join(_cell(cells.get(c, [])) for c in columns)
+            + " | ".join(_cell(cells.get(c, []), counts.get(method, {}).get(c, 0)) for c in columns)
             + f" | {average} |"
         )
     iterations = tables.get("iterations") or {}
@@ -164,9 +134,11 @@ def to_markdown(tables: dict[str, Any]) -> str:
             "| method | split | " + " | ".join(str(i) for i in range(last + 1)) + " |",
             "| --- | --- |" + " --- |" * (last + 1),
         ]
+        per_iteration = tables.get("iteration_episodes") or {}
         for method, cols in iterations.items():
             for column, its in cols.items():
-                cells = [_cell(its.get(str(i), [])) for i in range(last + 1)]
+                n = per_iteration.get(method, {}).get(column, {})
+                cells = [_cell(its.get(str(i), []), n.get(str(i), 0)) for i in range(last + 1)]
                 lines.append(f"| {method} | {column} | " + " | ".join(cells) + " |")
     behaviour = tables.get("behaviour") or {}
     if any(its for cols in behaviour.values() for its in cols.values()):
