@@ -146,6 +146,25 @@ class DpoRecord(_Plain):
 
 
 @dataclass(frozen=True)
+class GrpoRecord(_Plain):
+    """A GRPO interval (`grpo-<interval>`): the steps it trained and how their rollouts went."""
+
+    KIND: ClassVar[str] = "grpo"
+    steps: int
+    """GRPO steps done by the end of the stage (all intervals so far)."""
+    first_step: int = 1
+    """The first step this stage trained."""
+    reward: list[float] = field(default_factory=list)
+    """Mean reward of each step's rollouts, from `first_step` on."""
+    success: list[float] = field(default_factory=list)
+    """Success rate of each step's rollouts."""
+    no_signal: list[float] = field(default_factory=list)
+    """Share of each step's task groups whose samples all scored the same."""
+    final: dict[str, float] = field(default_factory=dict)
+    """The numbers of the stage's last step (metrics.jsonl)."""
+
+
+@dataclass(frozen=True)
 class ExploreRecord(_Plain):
     """An exploration stage (`explore-<iteration>-<agent>`, RFT's sampling rounds)."""
 
@@ -171,9 +190,20 @@ class EvalRecord(_Plain):
     splits: dict[str, EpisodeStats]
 
 
-Record = ExpertsRecord | ModelRecord | SftRecord | DpoRecord | ExploreRecord | EvalRecord
+Record = (
+    ExpertsRecord | ModelRecord | SftRecord | DpoRecord | GrpoRecord | ExploreRecord | EvalRecord
+)
 KINDS: dict[str, Any] = {
-    r.KIND: r for r in (ExpertsRecord, ModelRecord, SftRecord, DpoRecord, ExploreRecord, EvalRecord)
+    r.KIND: r
+    for r in (
+        ExpertsRecord,
+        ModelRecord,
+        SftRecord,
+        DpoRecord,
+        GrpoRecord,
+        ExploreRecord,
+        EvalRecord,
+    )
 }
 
 

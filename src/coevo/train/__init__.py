@@ -1,14 +1,15 @@
-"""Trainers: SFT on the agent's tokens and weighted multi-turn DPO, on accelerate.
+"""Trainers: SFT on the agent's tokens, weighted multi-turn DPO, multi-turn GRPO; on accelerate.
 
-`losses` holds the pure tensor functions, `batches` the examples and padding, `sft` / `dpo`
-the two loops with their configs; `settings` the setting groups every trainer config nests
-(optimiser, LoRA, checkpoints, compute), and `model` and `loop` the parts the loops share.
+`losses` holds the pure tensor functions, `batches` the examples and padding, `sft` / `dpo` /
+`grpo` the three loops with their configs; `settings` the setting groups every trainer config
+nests (optimiser, LoRA, checkpoints, compute), and `model` and `loop` the parts the loops share.
 """
 
 from __future__ import annotations
 
 from coevo.train.batches import DpoExample, Tokens, dpo_examples, lm_examples, sft_examples
 from coevo.train.dpo import DpoConfig, train_dpo
+from coevo.train.grpo import GrpoConfig, Player, train_grpo
 from coevo.train.loop import TrainResult
 from coevo.train.losses import (
     DpoLoss,
@@ -27,9 +28,11 @@ __all__ = [
     "DpoConfig",
     "DpoExample",
     "DpoLoss",
+    "GrpoConfig",
     "GrpoLoss",
     "Lora",
     "Optim",
+    "Player",
     "SftConfig",
     "Tokens",
     "TrainResult",
@@ -41,5 +44,6 @@ __all__ = [
     "sequence_logps",
     "sft_examples",
     "train_dpo",
+    "train_grpo",
     "train_sft",
 ]

@@ -137,10 +137,15 @@ class AgentLogps(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         action_mask: torch.Tensor,
+        *,
+        per_token: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """input_ids, attention_mask, action_mask: (batch, seq) -> logps (batch,), tokens (batch,).
 
         Same numbers as `sequence_logps(model(input_ids).logits, input_ids, action_mask)`.
+        With `per_token` (GRPO) it returns instead each agent token's log-prob and the entropy
+        of the model's distribution where it was predicted (detached), both (batch, seq - 1):
+        position t scores token t + 1, 0 off the agent tokens.
         """
         target = action_mask[:, 1:].to(torch.bool)  # (batch, seq - 1): token t + 1 is scored
         tokens = target.sum(-1)
@@ -153,6 +158,8 @@ class AgentLogps(nn.Module):
             logits = self.model(
                 input_ids=input_ids, attention_mask=attention_mask, use_cache=False
             ).logits
+            if per_token:
+                return _per_token(logits[:, :-1][target], input_ids[:, 1:][target], target)
             return sequence_logps(logits, input_ids, action_mask), tokens
         base = self.model.get_base_model() if is_lora(self.model) else self.model
         hidden = base.get_decoder()(
@@ -160,11 +167,34 @@ class AgentLogps(nn.Module):
         ).last_hidden_state  # (batch, seq, hidden)
         picked = hidden[:, :-1][target]  # (agent tokens, hidden)
         labels = input_ids[:, 1:][target]  # (agent tokens,)
-        logps = token_logps(base.get_output_embeddings()(picked), labels)  # (agent tokens,)
+        logits = base.get_output_embeddings()(picked)  # (agent tokens, vocab)
+        if per_token:
+            return _per_token(logits, labels, target)
+        logps = token_logps(logits, labels)  # (agent tokens,)
         rows = torch.arange(input_ids.shape[0], device=input_ids.device)
         rows = rows.unsqueeze(1).expand_as(target)[target]  # (agent tokens,) sequence of each
         per_seq = torch.zeros(input_ids.shape[0], device=logps.device, dtype=logps.dtype)
         return per_seq.index_add(0, rows, logps), tokens
+
+
+def _per_token(
+    logits: torch.Tensor, labels: torch.Tensor, target: torch.Tensor, chunk: int = 1024
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs and entropies of the agent tokens, scattered back to (batch, seq - 1).
+
+    logits: (agent tokens, vocab); labels: (agent tokens,); target: (batch, seq - 1) bool, the
+    positions the rows of `logits` belong to (row-major order, as `x[target]` picks them).
+    """
+    logps = token_logps(logits, labels)  # (agent tokens,)
+    with torch.no_grad():
+        # In chunks of rows: a whole second (tokens, vocab) tensor would double the peak.
+        parts = []
+        for rows in logits.detach().split(chunk):
+            logp = torch.log_softmax(rows.float(), dim=-1)
+            parts.append(-(logp.exp() * logp).sum(-1))
+        entropy = torch.cat(parts) if parts else logps.detach()
+    zeros = logps.new_zeros(target.shape)
+    return zeros.masked_scatter(target, logps), zeros.masked_scatter(target, entropy)
 
 
 def _right_padded(attention_mask: torch.Tensor) -> bool:

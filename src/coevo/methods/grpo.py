@@ -1,0 +1,163 @@
+"""GRPO: the shared SFT start, then multi-turn GRPO, evaluated every `grpo.eval_every` steps.
+
+Stages: the shared start (experts, model, sft-target, eval-0), then per evaluation interval i
+a training stage `grpo-<i>` (the GRPO steps up to i * eval_every) and its evaluation `eval-<i>`,
+so a rerun skips finished intervals. One trainer folder, `stages/grpo`, holds the checkpoints
+and `metrics.jsonl` of every interval: each `grpo-<i>` resumes the run where the one before
+stopped (the same optimizer, schedule and step), and its model goes to `grpo-<i>/model`.
+The rollouts of every step are stored (stage `grpo-<i>`, iteration = the step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from coevo.envs.base import Env
+from coevo.envs.pool import EnvPool
+from coevo.methods import rollouts
+from coevo.methods.run import Run, StageModel
+from coevo.methods.start import shared_start
+from coevo.methods.training import starting_point
+from coevo.policy.base import Sampling
+from coevo.records import GrpoRecord
+from coevo.rollout import rollout
+from coevo.train.grpo import GrpoConfig, Player, copy_for_saving
+from coevo.train.model import save_model
+from coevo.train.settings import settings_record
+from coevo.trajectory import Task, Trajectory
+
+TRAINER_DIR = "grpo"
+
+
+def hf_player(
+    model_dir: str | Path,
+    envs: EnvPool | Callable[[], Env],
+    config: GrpoConfig,
+    *,
+    max_length: int | None = None,
+    agent: str = "target",
+    on_played: Callable[[int, list[Trajectory]], None] | None = None,
+) -> Player:
+    """Play the trained module in-process (HFPolicy around the module itself, so every update
+    reaches generation in memory), with lockstep rollouts and the config's sampling settings.
+
+    `model_dir` gives the tokenizer and chat template; `on_played(step, episodes)` sees every
+    step's episodes (the method stores them).
+    """
+    from coevo.policy.hf import HFPolicy
+
+    sampling = Sampling(
+        temperature=config.temperature,
+        top_p=config.top_p,
+        max_new_tokens=config.max_new_tokens,
+        logprobs=True,
+    )
+    held: dict[str, Any] = {}
+
+    def play(module: Any, tasks: Sequence[Task], *, step: int, seed: int) -> list[Trajectory]:
+        if held.get("module") is not module:
+            device = str(next(module.parameters()).device)
+            held["policy"] = HFPolicy(
+                model_dir, model=module, dtype=module.dtype, device=device, name=agent
+            )
+            held["module"] = module
+        played = rollout(
+            held["policy"],
+            envs,
+            tasks,
+            sampling=sampling,
+            samples=config.samples,
+            batch_size=config.rollout_batch_size,
+            seed=seed,
+            agent=agent,
+            max_length=max_length,
+            progress=False,  # the trainer's bar is on screen
+        )
+        if on_played is not None:
+            on_played(step, played)
+        return played
+
+    return play
+
+
+def intervals(steps: int, every: int) -> list[int]:
+    """The step each evaluation interval ends at: every `every` steps, and the last."""
+    ends = list(range(every, steps, every))
+    return [*ends, steps]
+
+
+def run_grpo(run: Run) -> None:
+    cfg = run.config
+    start = shared_start(run)
+    train = run.tasks("train")
+    first = 0
+    for i, until in enumerate(intervals(cfg.grpo.steps, cfg.grpo.eval_every), start=1):
+        model = grpo_stage(run, start.target, train, i, first, until)
+        rollouts.evaluate(run, model, i)
+        first = until
+
+
+def grpo_stage(
+    run: Run, start: StageModel, tasks: list[Task], interval: int, done: int, until: int
+) -> StageModel:
+    """GRPO steps done + 1 ... until (stage `grpo-<interval>`), resuming the trainer's folder.
+
+    Every interval starts the trainer from the SFT model (the KL reference) and its checkpoint
+    puts back the weights, optimizer and schedule of step `done`.
+    """
+    cfg = run.config
+    name = f"grpo-{interval}"
+    config = replace(
+        cfg.grpo,
+        checkpoints=replace(cfg.grpo.checkpoints, stop_after_steps=until, save_final_model=False),
+    )
+    trained: dict[str, Any] = {}
+
+    def store(step: int, played: list[Trajectory]) -> None:
+        # A step replayed after a kill plays the same episodes: stored once.
+        if next(run.store.stored_trajectories(stage=name, iteration=step), None) is None:
+            run.store.add_trajectories(played, iteration=step, stage=name)
+
+    def stage(out: Path) -> GrpoRecord:
+        from transformers import AutoTokenizer
+
+        from coevo.train.grpo import train_grpo
+
+        tokenizer = AutoTokenizer.from_pretrained(start.path)
+        play = hf_player(
+            start.path, run.pool, config, max_length=cfg.model.max_length, on_played=store
+        )
+        result = train_grpo(
+            starting_point(start),
+            tasks,
+            play,
+            config,
+            output_dir=run.dir / "stages" / TRAINER_DIR,
+            tokenizer=tokenizer,
+            seed=cfg.seed,
+            max_length=cfg.model.max_length,
+        )
+        model = copy_for_saving(result.model)
+        save_model(model, out / "model", tokenizer)
+        trained["module"] = model
+        steps = [r for r in result.history if done < r["step"] <= until]
+        last = steps[-1] if steps else {}
+        return GrpoRecord(
+            steps=result.step,
+            first_step=done + 1,
+            reward=[r["reward_mean"] for r in steps],
+            success=[r["success_rate"] for r in steps],
+            no_signal=[r["no_signal"] for r in steps],
+            final={k: v for k, v in last.items() if isinstance(v, int | float)},
+        )
+
+    inputs = {
+        "start": str(start.path),
+        "steps": [done + 1, until],
+        "trained_with": settings_record(cfg.grpo, cfg.seed),
+    }
+    run.stage(name, stage, GrpoRecord.from_dict, inputs)
+    return run.hand_on(run.dir / "stages" / name / "model", trained.get("module"))

@@ -1,0 +1,482 @@
+"""Multi-turn GRPO on accelerate: K episodes of each task, group-relative advantages, a
+clipped policy-gradient update on the tokens the agent sampled.
+
+    result = train_grpo(model, tasks, play, GrpoConfig(), output_dir="runs/x/grpo", tokenizer=tok)
+
+Each step reads top to bottom:
+1. rollout: the step's tasks (a seeded pass over `tasks`) go to `play`, which plays each
+   `samples` times with the model as it is now. `play` gets the trained module itself, so an
+   update reaches generation in memory (`coevo.methods.grpo.hf_player` plays it with HFPolicy
+   and lockstep rollouts; a generation server would load the new weights there).
+2. advantages: each episode's final reward minus its task group's mean, divided by the group's
+   std unless `scale_advantages` is off. A group whose rewards are all equal has no signal
+   (advantage 0): its share is logged as `no_signal`.
+3. update: episodes are rendered (`coevo.render`) from the ids the policy sampled, with the
+   log-probs it sampled them with lined up: nothing is re-tokenised. The loss is
+   `losses.grpo_loss` (clip-higher 0.2 / 0.28, token mean over every agent token of the
+   minibatch, k3 KL to the reference times `kl_coef`), observations masked. `minibatches` > 1
+   or `epochs` > 1 take several optimizer steps per rollout batch; the first minibatch is
+   on-policy (nothing has changed since sampling), so its ratio is taken as exactly 1 and the
+   sampled log-probs are the old log-probs of every later one, where the policy has moved.
+   On that first minibatch the sampled log-probs are also compared with the fresh forward
+   (`sampled_logp_gap`): a gap above float rounding means generation played other weights
+   or another precision than the trainer.
+4. log (`metrics.jsonl`), checkpoint, next step.
+
+The reference (kl_coef > 0) is the model as given, before any update: a frozen copy, or with
+LoRA the base model with the adapters off (no copy); kl_coef 0 keeps no reference. Rollout
+seeds, task order and minibatch order are derived from `seed` and the step alone, and a
+checkpoint holds the weights, optimizer, schedule, RNG states and step, so a run stopped at
+any point resumes to the same result as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from torch import nn
+
+from coevo.train.batches import pad
+from coevo.train.loop import (
+    CheckpointDir,
+    TrainResult,
+    clip,
+    finish,
+    global_sum,
+    make_accelerator,
+    make_optimizer,
+    make_scheduler,
+    progress_bar,
+    sync_unless,
+)
+from coevo.train.losses import group_advantages, grpo_loss
+from coevo.train.model import (
+    AgentLogps,
+    finish_model,
+    frozen_copy,
+    is_lora,
+    load_model,
+    trainable,
+)
+from coevo.train.settings import Checkpoints, Compute, Lora, Optim, check_trainer, settings_record
+from coevo.trajectory import Task, Trajectory, is_success
+
+
+class Player(Protocol):
+    """Plays every task `samples` times with `model` as it is now: `samples` trajectories per
+    task, task by task (sample 0 first), each agent turn carrying the ids the policy sampled
+    and their log-probs. `seed` makes the episodes reproducible; `step` is the GRPO step
+    (1-based) they are played for."""
+
+    def __call__(
+        self, model: nn.Module, tasks: Sequence[Task], *, step: int, seed: int
+    ) -> list[Trajectory]: ...
+
+
+@dataclass(frozen=True)
+class GrpoConfig:
+    """Settings of one GRPO run (defaults: CoEvolve's reported settings for 7B models)."""
+
+    steps: int = 120
+    """GRPO steps: one rollout batch and its updates each."""
+    tasks_per_step: int = 32
+    """Tasks in a step's rollout batch (over all processes); passes over the train tasks in a
+    seeded order, the few left over at the end of a pass wait for the next."""
+    samples: int = 8
+    """Episodes per task (K, the group size)."""
+    temperature: float = 0.9
+    """Sampling temperature of the rollouts (the policy's log-probs are taken at 1)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold of the rollouts."""
+    max_new_tokens: int = 96
+    """Longest reply per step of an episode."""
+    rollout_batch_size: int = 64
+    """Episodes advancing together in one batched generate."""
+    scale_advantages: bool = True
+    """Divide by the group's std (GRPO); off: reward minus the group mean only (Dr. GRPO)."""
+    clip_low: float = 0.2
+    """The ratio is clipped below at 1 - clip_low."""
+    clip_high: float = 0.28
+    """... and above at 1 + clip_high ("clip-higher")."""
+    kl_coef: float = 0.001
+    """Weight of the k3 KL to the reference (the model before GRPO); 0 keeps no reference."""
+    minibatches: int = 1
+    """Optimizer steps per rollout batch, each on its share of the episodes."""
+    epochs: int = 1
+    """Passes over each rollout batch (each pass `minibatches` optimizer steps)."""
+    micro_batch_size: int = 8
+    """Episodes per forward pass (a minibatch is accumulated over micro-batches)."""
+    eval_every: int = 10
+    """(`grpo` method) Evaluate on the test splits every this many steps: one stage each."""
+    progress: bool = True
+    """Show a rich progress bar."""
+    optim: Optim = field(
+        default_factory=lambda: Optim(lr=1e-6, warmup_ratio=0.0, schedule="constant")
+    )
+    """AdamW and its schedule, stepped once per GRPO step (CoEvolve: lr 1e-6, constant)."""
+    lora: Lora = field(default_factory=Lora)
+    checkpoints: Checkpoints = field(default_factory=lambda: Checkpoints(save_every=10))
+    compute: Compute = field(default_factory=Compute)
+
+    def validate(self) -> None:
+        counts = ("steps", "tasks_per_step", "samples", "rollout_batch_size", "minibatches")
+        check_trainer(self, (*counts, "epochs", "micro_batch_size", "eval_every"))
+        if self.kl_coef < 0:
+            raise ValueError(f"GrpoConfig.kl_coef must be >= 0 (0: no KL), got {self.kl_coef}.")
+        if self.clip_low < 0 or self.clip_high < 0 or self.clip_low >= 1:
+            raise ValueError(
+                f"GrpoConfig.clip_low must be in [0, 1) and clip_high >= 0, got "
+                f"{self.clip_low} and {self.clip_high}."
+            )
+        if self.samples < 2:
+            raise ValueError(
+                f"GrpoConfig.samples must be >= 2: advantages compare the samples of one task, "
+                f"got {self.samples}."
+            )
+        if self.temperature <= 0:
+            raise ValueError(
+                f"GrpoConfig.temperature must be > 0: greedy samples of a task are all alike, "
+                f"got {self.temperature}."
+            )
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One rendered episode ready for the loss."""
+
+    input_ids: list[int]
+    action_mask: list[int]
+    """1 exactly on the ids the agent sampled."""
+    old_logps: list[float]
+    """Aligned with `input_ids`: the log-prob each agent token was sampled with, 0 elsewhere."""
+    advantage: float
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.action_mask[1:])
+
+
+def train_grpo(
+    model: Any,
+    tasks: Sequence[Task],
+    play: Player,
+    config: GrpoConfig,
+    *,
+    output_dir: str | Path,
+    tokenizer: Any,
+    seed: int = 0,
+    max_length: int | None = None,
+) -> TrainResult:
+    """Train `model` (an HF causal LM or its directory) with GRPO on `tasks`.
+
+    `tokenizer` renders the episodes (the policy's own); `max_length` is the context budget
+    they are rendered with (as the rollouts were played). Checkpoints, `metrics.jsonl` and the
+    final `model/` go to `output_dir`; a rerun with the same directory resumes there.
+    """
+    config.validate()
+    accelerator = make_accelerator(config.compute)
+    if config.tasks_per_step % accelerator.num_processes:
+        raise ValueError(
+            f"tasks_per_step={config.tasks_per_step} does not split evenly over "
+            f"{accelerator.num_processes} processes: make it a multiple of their number."
+        )
+    if len(tasks) < config.tasks_per_step:
+        raise ValueError(
+            f"GRPO got {len(tasks)} train tasks for tasks_per_step={config.tasks_per_step}: "
+            "lower tasks_per_step or give more tasks."
+        )
+    set_seed(seed)
+
+    model = load_model(model)
+    # The reference is the model as given: copied before any update (and before a resumed
+    # run loads its checkpoint over the weights). With LoRA the base model is the reference.
+    ref_net = None
+    if config.kl_coef > 0 and config.lora.r == 0:
+        ref_net = AgentLogps(frozen_copy(model))
+    model = trainable(model, config.compute, config.lora)
+    net = AgentLogps(model)
+    optimizer = make_optimizer(net, config.optim)
+    net, optimizer = accelerator.prepare(net, optimizer)
+    if ref_net is not None:
+        ref_net = ref_net.to(accelerator.device)
+    scheduler = make_scheduler(accelerator, optimizer, config.optim, config.steps)
+    policy_module = accelerator.unwrap_model(net).model  # what `play` generates with
+
+    out = CheckpointDir(output_dir, accelerator, config.checkpoints)
+    step = out.start()
+    last = out.last_step(config.steps)
+    order = TaskOrder(len(tasks), config.tasks_per_step, seed)
+    with progress_bar(accelerator, config.progress) as bar:
+        task = bar.add_task("grpo", total=config.steps, completed=step, info="")
+        while step < last:
+            step += 1
+            chosen = [tasks[i] for i in order.step(step)]
+            mine = chosen[accelerator.process_index :: accelerator.num_processes]
+
+            started = time.perf_counter()
+            policy_module.eval()
+            with torch.no_grad(), accelerator.autocast():
+                played = play(policy_module, mine, step=step, seed=rollout_seed(seed, step))
+            rollout_s = time.perf_counter() - started
+
+            groups = check_groups(played, mine, config.samples)
+            rewards = torch.tensor([t.reward for t in played], dtype=torch.float32)
+            advantages = group_advantages(rewards, groups, scale=config.scale_advantages)
+            episodes = [
+                episode(t, tokenizer, float(a), max_length)
+                for t, a in zip(played, advantages.tolist(), strict=True)
+            ]
+
+            started = time.perf_counter()
+            net.train()
+            stats = update(
+                net, ref_net, episodes, config, accelerator, optimizer, seed=seed, step=step
+            )
+            update_s = time.perf_counter() - started
+            lr = scheduler.get_last_lr()[0]  # the rate this step used
+            scheduler.step()
+
+            record = {"step": step, "lr": lr}
+            record.update(rollout_stats(accelerator, played, rewards, groups, config.samples))
+            record.update(stats)
+            trained = global_sum(accelerator, sum(len(e.input_ids) for e in episodes))
+            sampled = record["sampled_tokens"]
+            record.update(
+                rollout_s=rollout_s,
+                update_s=update_s,
+                rollout_tokens_per_s=sampled / max(rollout_s, 1e-9),
+                update_tokens_per_s=trained * config.epochs / max(update_s, 1e-9),
+                tokens_per_s=trained / max(rollout_s + update_s, 1e-9),
+            )
+            out.log(record)
+            bar.update(
+                task,
+                completed=step,
+                info=f"reward {record['reward_mean']:.3f} success {record['success_rate']:.2f} "
+                f"no-signal {record['no_signal']:.2f}",
+            )
+            if out.save_due(step, last):
+                out.save(step, 0)
+
+    settings = settings_record(config, seed)
+    return finish(accelerator, net, out, step, config.steps, settings, tokenizer)
+
+
+class TaskOrder:
+    """Which tasks each step plays: passes over the tasks, each in its own seeded order, cut
+    into steps of `per_step` (the remainder of a pass is left out of that pass)."""
+
+    def __init__(self, n_tasks: int, per_step: int, seed: int) -> None:
+        self.n, self.per_step, self.seed = n_tasks, per_step, seed
+        self.steps_per_pass = n_tasks // per_step
+
+    def step(self, step: int) -> list[int]:
+        """Task indices of GRPO step `step` (1-based)."""
+        epoch, k = divmod(step - 1, self.steps_per_pass)
+        order = list(range(self.n))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order[k * self.per_step : (k + 1) * self.per_step]
+
+
+def rollout_seed(seed: int, step: int) -> int:
+    """The rollout seed of one step: every step plays fresh samples, the same after a resume."""
+    return (seed * 1_000_003 + step * 7_919) % (1 << 62)
+
+
+def check_groups(played: Sequence[Trajectory], tasks: Sequence[Task], samples: int) -> torch.Tensor:
+    """Group ids of the episodes (the index of their task), checking `play` kept its contract."""
+    expected = [(task.id, k) for task in tasks for k in range(samples)]
+    got = [(t.task.id, t.sample) for t in played]
+    if got != expected:
+        raise ValueError(
+            f"play returned {len(got)} episodes where GRPO needs {samples} of each of its "
+            f"{len(tasks)} tasks, task by task (sample 0 first); first ones: {got[:3]}."
+        )
+    return torch.arange(len(tasks)).repeat_interleave(samples)
+
+
+def episode(t: Trajectory, tokenizer: Any, advantage: float, max_length: int | None) -> Episode:
+    """Render `t` from the ids its policy sampled, with their log-probs lined up."""
+    from coevo.render import render
+
+    rendered = render(t, tokenizer, max_length=max_length)
+    logps = rendered.sampled_logprobs
+    if logps is None:
+        if any(turn.role == "assistant" for turn in t.turns):
+            raise ValueError(
+                f"An episode of task {t.task.id!r} has agent turns without the token ids and "
+                "log-probs they were sampled with: GRPO trains on those; play with a policy "
+                "that returns them (Sampling(logprobs=True))."
+            )
+        logps = [0.0] * len(rendered.input_ids)  # no reply at all: nothing to learn
+    return Episode(rendered.input_ids, rendered.action_mask, logps, advantage)
+
+
+def update(
+    net: nn.Module,
+    ref_net: nn.Module | None,
+    episodes: Sequence[Episode],
+    config: GrpoConfig,
+    accelerator: Accelerator,
+    optimizer: Any,
+    *,
+    seed: int,
+    step: int,
+) -> dict[str, float]:
+    """The optimizer steps of one rollout batch; the step's loss numbers, averaged per token."""
+    rng = random.Random(seed * 1_000_003 + step * 7_919 + 1)
+    order = list(range(len(episodes)))
+    sums: dict[str, float] = {}
+    total_tokens = 0.0
+    grad_norms: list[float] = []
+    gap = 0.0
+    for epoch in range(config.epochs):
+        rng.shuffle(order)
+        for m, part in enumerate(split(order, config.minibatches)):
+            on_policy = epoch == 0 and m == 0
+            tokens = global_sum(accelerator, sum(episodes[i].tokens for i in part))
+            if tokens == 0:
+                continue  # no agent token anywhere in this minibatch: nothing to step on
+            # Similar lengths share a micro-batch: less padding.
+            part = sorted(part, key=lambda i: len(episodes[i].input_ids))
+            size = config.micro_batch_size
+            micro = [part[i : i + size] for i in range(0, len(part), size)]
+            for i, idx in enumerate(micro):
+                batch = collate([episodes[j] for j in idx], accelerator.device)
+                mask = batch["action_mask"][:, 1:]  # (batch, seq - 1): token t + 1 is scored
+                with sync_unless(accelerator, net, i < len(micro) - 1):
+                    logps, entropy = net(
+                        batch["input_ids"],
+                        batch["attention_mask"],
+                        batch["action_mask"],
+                        per_token=True,
+                    )  # (batch, seq - 1) each
+                    sampled = batch["old_logps"][:, 1:]
+                    if on_policy:
+                        # Nothing changed since sampling: the ratio is exactly 1.
+                        old = logps.detach()
+                        diff = torch.where(mask.bool(), (logps.detach() - sampled).abs(), 0.0)
+                        gap = max(gap, float(diff.max()) if diff.numel() else 0.0)
+                    else:
+                        old = sampled
+                    ref = reference(accelerator, net, ref_net, batch) if config.kl_coef else None
+                    loss = grpo_loss(
+                        logps,
+                        old,
+                        batch["advantage"],
+                        mask,
+                        ref_logps=ref,
+                        beta=config.kl_coef,
+                        clip_low=config.clip_low,
+                        clip_high=config.clip_high,
+                    )
+                    # Token mean over the whole minibatch on all processes (DDP averages over
+                    # processes; * num_processes undoes it), as SFT normalises (losses.py).
+                    accelerator.backward(loss.per_token.sum() * accelerator.num_processes / tokens)
+                n = float(mask.sum())
+                add(sums, "loss", float(loss.per_token.detach().sum()))
+                add(sums, "clip_fraction", float((loss.clipped & loss.mask).sum()))
+                add(sums, "ratio", float(torch.where(loss.mask, loss.ratio, 0.0).sum()))
+                add(sums, "entropy", float(entropy.sum()))
+                if ref is not None:
+                    add(sums, "kl", float(loss.kl.sum()))
+                total_tokens += n
+            grad_norms.append(float(clip(accelerator, net, config.optim)))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    tokens_seen = global_sum(accelerator, total_tokens)
+    stats = {k: global_sum(accelerator, v) / max(tokens_seen, 1.0) for k, v in sums.items()}
+    stats["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else 0.0
+    stats["optimizer_steps"] = len(grad_norms)
+    stats["sampled_logp_gap"] = gap
+    return stats
+
+
+def split(order: list[int], parts: int) -> list[list[int]]:
+    """`order` cut into `parts` runs of sizes differing by at most one (none empty)."""
+    size, extra = divmod(len(order), parts)
+    out, start = [], 0
+    for p in range(parts):
+        end = start + size + (p < extra)
+        if end > start:
+            out.append(order[start:end])
+        start = end
+    return out
+
+
+def add(sums: dict[str, float], key: str, value: float) -> None:
+    sums[key] = sums.get(key, 0.0) + value
+
+
+def collate(episodes: Sequence[Episode], device: torch.device) -> dict[str, torch.Tensor]:
+    """A right-padded batch: ids and masks (batch, longest), old log-probs likewise, and the
+    advantages (batch,)."""
+    batch = pad(episodes)
+    old = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)  # (batch, longest)
+    for row, e in enumerate(episodes):
+        old[row, : len(e.old_logps)] = torch.tensor(e.old_logps, dtype=torch.float32)
+    batch["old_logps"] = old
+    batch["advantage"] = torch.tensor([e.advantage for e in episodes], dtype=torch.float32)
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+@torch.no_grad()
+def reference(
+    accelerator: Accelerator, net: Any, ref_net: Any, batch: dict[str, torch.Tensor]
+) -> torch.Tensor:
+    """Per-token log-probs (batch, seq - 1) of the reference: the frozen copy, or under LoRA
+    the base model with the adapters off."""
+    args = (batch["input_ids"], batch["attention_mask"], batch["action_mask"])
+    if ref_net is not None:
+        with accelerator.autocast():
+            logps, _ = ref_net(*args, per_token=True)
+        return logps
+    inner = accelerator.unwrap_model(net).model
+    with inner.disable_adapter() if is_lora(inner) else nullcontext():
+        logps, _ = net(*args, per_token=True)
+    return logps
+
+
+def rollout_stats(
+    accelerator: Accelerator,
+    played: Sequence[Trajectory],
+    rewards: torch.Tensor,
+    groups: torch.Tensor,
+    samples: int,
+) -> dict[str, float]:
+    """How the step's episodes went, over all processes: reward mean and std, success rate,
+    the share of groups without signal, steps and sampled tokens."""
+    n = global_sum(accelerator, len(played))
+    total = global_sum(accelerator, float(rewards.sum()))
+    squares = global_sum(accelerator, float((rewards**2).sum()))
+    mean = total / n
+    per_group = rewards.view(-1, samples)  # (groups, samples): check_groups ordered them
+    flat = (per_group == per_group[:, :1]).all(dim=1)
+    return {
+        "reward_mean": mean,
+        "reward_std": max(squares / n - mean**2, 0.0) ** 0.5,
+        "success_rate": global_sum(accelerator, sum(is_success(t.reward) for t in played)) / n,
+        "no_signal": global_sum(accelerator, int(flat.sum())) / (n / samples),
+        "episodes": n,
+        "mean_steps": global_sum(accelerator, sum(t.steps for t in played)) / n,
+        "sampled_tokens": global_sum(
+            accelerator,
+            sum(len(turn.token_ids or ()) for t in played for turn in t.turns),
+        ),
+    }
+
+
+def copy_for_saving(model: nn.Module) -> nn.Module:
+    """A plain model to save or play mid-run: LoRA adapters merged into a copy (the run
+    goes on training the adapters), or the model itself."""
+    return finish_model(copy.deepcopy(model)) if is_lora(model) else model
