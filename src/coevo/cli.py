@@ -302,6 +302,38 @@ def compare_command(
         out.with_suffix(".json").write_text(json.dumps(tables, indent=2))
 
 
+@app.command("report")
+def report_command(
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="Run directories to report on (others are skipped).")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Directory for index.html and figures/ [RUN_DIR/report for one run, "
+            "else report/ beside the runs].",
+        ),
+    ] = None,
+) -> None:
+    """One HTML page with figures: scores per iteration, outcome shares, training curves,
+    format errors and invalid actions, pair counts and example episodes."""
+    from coevo.analysis.report import default_out, write_report
+    from coevo.analysis.runs import is_run
+
+    for path in run_dirs:
+        if not is_run(path):
+            err_console.print(
+                f"[dim]skipped {escape(str(path))!r}: not a run directory (no config.yaml)[/]",
+                soft_wrap=True,
+            )
+    runs = [path for path in run_dirs if is_run(path)]
+    if not runs:
+        fail("no coevo run directory among the paths given (one holds config.yaml and stages/).")
+    page = write_report(runs, out or default_out(runs))
+    console.print(f"report written to {escape(str(page))}", soft_wrap=True)
+
+
 def _print_tables(run_dirs: list[Path]) -> None:
     from coevo.analysis.compare import compare, to_markdown
 
@@ -323,11 +355,12 @@ def demo(
     from coevo.policy.models import ModelError
 
     try:
-        tables = run_demo(out, overrides or [])
+        tables, page = run_demo(out, overrides or [])
     except (ConfigError, RunDirError, ModelError) as exc:
         fail(str(exc))
     print(tables)
-    console.print(f"tables written to {out / 'compare.md'}")
+    console.print(f"tables written to {escape(str(out / 'compare.md'))}", soft_wrap=True)
+    console.print(f"report written to {escape(str(page))}", soft_wrap=True)
 
 
 def main() -> None:

@@ -431,6 +431,12 @@ class Store:
             ).fetchone()
         return int(row[0])
 
+    def stages(self) -> list[str]:
+        """The stage tags of the stored trajectories (`explore-1-target`, `eval-0-valid`, ...)."""
+        with self._guard():
+            rows = self._db.execute("SELECT DISTINCT stage FROM trajectories ORDER BY stage")
+            return [r[0] for r in rows.fetchall()]
+
     def iterations(self) -> list[int]:
         with self._guard():
             rows = self._db.execute(

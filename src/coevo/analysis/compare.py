@@ -16,14 +16,14 @@ from typing import Any
 from coevo.analysis.outcomes import OUTCOMES
 from coevo.analysis.runs import read_run, read_runs
 
-__all__ = ["METRICS", "compare", "read_run", "to_markdown"]
+__all__ = ["METRICS", "cell", "compare", "read_run", "to_markdown"]
 
 METRICS = ("reward", "success")
 # Per-episode behaviour every eval records beside its reward (`outcomes.episode_stats`).
 BEHAVIOUR = ("format_error_rate", "invalid_action_rate", "mean_steps")
 
 
-def _cell(values: list[float], episodes: int = 0, scale: float = 100.0) -> str:
+def cell(values: list[float], episodes: int = 0, scale: float = 100.0) -> str:
     """`mean ± std (n=episodes)`: the std over seeds, the episodes summed over them (a run
     from before episode counts were recorded shows none)."""
     if not values:
@@ -121,7 +121,7 @@ def to_markdown(tables: dict[str, Any]) -> str:
         average = f"{statistics.fmean(means) * 100:.1f}" if means else "-"
         lines.append(
             f"| {method} | "
-            + " | ".join(_cell(cells.get(c, []), counts.get(method, {}).get(c, 0)) for c in columns)
+            + " | ".join(cell(cells.get(c, []), counts.get(method, {}).get(c, 0)) for c in columns)
             + f" | {average} |"
         )
     iterations = tables.get("iterations") or {}
@@ -138,7 +138,7 @@ def to_markdown(tables: dict[str, Any]) -> str:
         for method, cols in iterations.items():
             for column, its in cols.items():
                 n = per_iteration.get(method, {}).get(column, {})
-                cells = [_cell(its.get(str(i), []), n.get(str(i), 0)) for i in range(last + 1)]
+                cells = [cell(its.get(str(i), []), n.get(str(i), 0)) for i in range(last + 1)]
                 lines.append(f"| {method} | {column} | " + " | ".join(cells) + " |")
     behaviour = tables.get("behaviour") or {}
     if any(its for cols in behaviour.values() for its in cols.values()):

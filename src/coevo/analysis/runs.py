@@ -142,3 +142,24 @@ def read_runs(paths: list[str | Path]) -> tuple[list[RunSummary], list[str]]:
             "stages/ (the --out of `coevo run`)."
         )
     return runs, notes
+
+
+def training_logs(run_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """Stage (trainer folder under `stages/`) -> its `metrics.jsonl` records, in step order.
+
+    Lines that are not JSON objects (a log cut off mid-line by a kill) are left out.
+    """
+    logs: dict[str, list[dict[str, Any]]] = {}
+    stages = Path(run_dir) / "stages"
+    for path in sorted(stages.rglob("metrics.jsonl")):
+        records = []
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+        if records:
+            logs[str(path.parent.relative_to(stages))] = records
+    return logs

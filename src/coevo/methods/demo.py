@@ -1,8 +1,8 @@
 """The quick-start demo: SFT, then ETO and failure-agent co-evolution from that SFT policy.
 
 Everything is local: the built-in sql env, the pretrained SmolLM2-135M-Instruct that a registry
-package ships (converted on first use), and the comparison tables at the end, with the reward
-of every method after each iteration. Sized to finish within about 15 minutes on a 2-core CPU.
+package ships (converted on first use), and at the end the comparison tables, with the reward
+of every method after each iteration, and the report (`coevo report`) in `<out>/report`. Sized to finish within about 15 minutes on a 2-core CPU.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from coevo.analysis.compare import compare, to_markdown
+from coevo.analysis.report import write_report
 from coevo.config import build, merge, parse_overrides
 from coevo.methods.recipe import RunConfig
 from coevo.methods.runner import execute
@@ -39,10 +40,16 @@ def demo_configs(out: Path, overrides: list[str]) -> list[tuple[RunConfig, Path]
     return runs
 
 
-def run_demo(out: str | Path = "runs/demo", overrides: list[str] | None = None) -> str:
-    """Run the three methods (skipping what a previous demo in `out` finished); the tables."""
+def run_demo(out: str | Path = "runs/demo", overrides: list[str] | None = None) -> tuple[str, Path]:
+    """Run the three methods (skipping what a previous demo in `out` finished); the tables
+    (also in `<out>/compare.md`) and the path of the report's page."""
     out = Path(out)
     dirs = [execute(config, run_dir) for config, run_dir in demo_configs(out, overrides or [])]
+    return write_results(out, dirs)
+
+
+def write_results(out: Path, dirs: list[Path]) -> tuple[str, Path]:
+    """The demo's tables (`<out>/compare.md`) and report (`<out>/report/index.html`)."""
     tables = to_markdown(compare(dirs))
     (out / "compare.md").write_text(tables)
-    return tables
+    return tables, write_report(dirs, out / "report")

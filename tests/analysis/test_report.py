@@ -1,0 +1,171 @@
+"""`coevo report`: the page holds every figure, its numbers are the store's, run text is escaped."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from coevo.analysis.report import write_report
+from coevo.cli import app
+from coevo.methods.runner import execute
+from coevo.store import Store
+from coevo.trajectory import Task, Trajectory, Turn
+from tests.methods.test_run import FAST, recipe
+
+FIGURES = {
+    "reward_per_iteration.png",
+    "success_per_iteration.png",
+    "outcomes.png",
+    "behaviour.png",
+    "training.png",
+    "pairs.png",
+}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+class Page(HTMLParser):
+    """What a test reads from the page: image sources, data cells, example episodes."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.images: list[str] = []
+        self.cells: dict[tuple[str, ...], str] = {}
+        self.examples: list[dict[str, str]] = []
+        self._cell: tuple[str, ...] | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.images.append(a["src"])
+        elif tag == "td" and "data-metric" in a:
+            keys = ("data-metric", "data-method", "data-split", "data-iteration")
+            self._cell = tuple(a[k] for k in keys)
+        elif tag == "details":
+            self.examples.append(a)
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self.cells[self._cell] = data
+            self._cell = None
+
+
+@pytest.fixture(scope="module")
+def demo_like_runs(tmp_path_factory) -> list[Path]:
+    """The demo's layout on nano models: an SFT run and an ETO run starting from it."""
+    root = tmp_path_factory.mktemp("runs")
+    # Smaller than the method tests' recipe: the report needs runs, not learning.
+    small = {
+        "env": {**FAST["env"], "eval_tasks": 4},
+        "sft": {**FAST["sft"], "epochs": 2},
+        "explore": {**FAST["explore"], "samples": 1},
+    }
+    sft = execute(recipe(method="sft", **small), root / "sft", quiet=True)
+    eto = execute(
+        recipe(method="eto", iterations=1, init_from=str(sft), **small), root / "eto", quiet=True
+    )
+    return [sft, eto]
+
+
+def test_the_page_shows_every_figure_and_the_stores_numbers(demo_like_runs, tmp_path):
+    page_path = write_report(demo_like_runs, tmp_path / "report")
+    page = Page(page_path.read_text())
+    assert {Path(src).name for src in page.images} == FIGURES
+    for src in page.images:
+        assert (page_path.parent / src).read_bytes().startswith(PNG)
+    eto = demo_like_runs[1]
+    with Store(eto, readonly=True) as store:
+        for iteration in (0, 1):
+            for split in ("test_seen", "test_unseen"):
+                played = store.trajectories(stage=f"eval-{iteration}-{split}")
+                mean = statistics.fmean(t.reward for t in played) * 100
+                where = ("reward", "eto", f"tests.toy_env:ToyEnv {split}", str(iteration))
+                assert page.cells[where] == f"{mean:.1f} (n={len(played)})"
+                success = statistics.fmean(t.success for t in played) * 100
+                where = ("success", *where[1:])
+                assert page.cells[where] == f"{success:.1f} (n={len(played)})"
+        rewards = {t.reward for t in store.trajectories() if t.agent != "expert"}
+    # The SFT run has no iteration 1.
+    assert page.cells[("reward", "sft", "tests.toy_env:ToyEnv test_seen", "1")] == "-"
+    # Each method shows its best episode first, and every example is one the store holds.
+    assert [e["data-kind"] for e in page.examples].count("best") == 2
+    assert all(float(e["data-reward"]) in rewards for e in page.examples)
+
+
+def test_the_report_command_skips_what_is_not_a_run(demo_like_runs, tmp_path):
+    stray = tmp_path / "compare.md"
+    stray.write_text("tables")
+    out = tmp_path / "page"
+    result = CliRunner().invoke(
+        app, ["report", *map(str, demo_like_runs), str(stray), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "not a run directory" in result.stderr
+    assert f"report written to {out / 'index.html'}" in result.stdout
+    result = CliRunner().invoke(app, ["report", str(stray)])
+    assert result.exit_code == 2 and "no coevo run directory" in result.output
+    assert not (tmp_path / "report").exists()
+
+
+def fake_run(root: Path, turns: tuple[Turn, ...]) -> Path:
+    """A finished run with one eval stage and one stored episode that says `turns`."""
+    run = root / "run"
+    (run / "stages" / "eval-0").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"method": "sft", "env": {"name": "shop"}}))
+    splits = {"test_seen": {"reward": 0.5, "success": 0.0, "n": 1}}
+    (run / "stages" / "eval-0" / "manifest.json").write_text(
+        json.dumps({"outputs": {"kind": "eval", "iteration": 0, "splits": splits}})
+    )
+    task = Task("shop/test_seen/0", "shop", "test_seen", "Buy <b>red</b> shoes & socks.", {})
+    episode = Trajectory(task, "target", turns, 0.5, True, False, 1)
+    with Store(run) as store:
+        store.add_trajectories([episode], stage="eval-0-test_seen")
+    return run
+
+
+def test_text_from_a_run_is_shown_as_it_is(tmp_path):
+    turns = (
+        Turn("user", "Buy shoes. [Back to Search] <script>alert(1)</script> & [buy now]"),
+        Turn("assistant", "Thought: I buy.\nAction: click[buy now]"),
+    )
+    page = write_report([fake_run(tmp_path, turns)], tmp_path / "report").read_text()
+    assert "<script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; [buy now]" in page
+    assert "Action: click[buy now]" in page
+    # Figures of what the run has; sections without data say so instead.
+    assert "No exploration in these runs." in page
+
+
+def test_the_demo_writes_the_tables_and_the_report(tmp_path):
+    from coevo.methods.demo import write_results
+
+    run = fake_run(tmp_path, (Turn("user", "hi"), Turn("assistant", "Action: look")))
+    tables, page = write_results(tmp_path, [run])
+    assert (tmp_path / "compare.md").read_text() == tables
+    assert page == tmp_path / "report" / "index.html" and page.is_file()
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
+def test_headless_chromium_renders_the_page(demo_like_runs, tmp_path):
+    from PIL import Image
+
+    page = write_report(demo_like_runs, tmp_path / "report")
+    shot = tmp_path / "page.png"
+    subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--screenshot={shot}", "--window-size=1200,3000", page.as_uri()],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    image = Image.open(shot).convert("L")
+    assert image.size == (1200, 3000)
+    # Not a blank page: text, tables and figures leave many dark pixels.
+    dark = sum(image.histogram()[:128])
+    assert dark > 20_000
