@@ -96,6 +96,8 @@ def _call(node: ast.expr, source: str) -> Call:
     for keyword in node.keywords:
         if keyword.arg is None:
             raise CallSyntaxError(f"{name}: **arguments are not allowed; name each argument.")
+        if keyword.arg in kwargs:
+            raise CallSyntaxError(f"{name}: argument {keyword.arg!r} is given twice.")
         kwargs[keyword.arg] = _literal(keyword.value, name, source)
     return Call(name, tuple(args), kwargs)
 

@@ -101,27 +101,32 @@ def load_entries(category: str) -> tuple[dict[str, Any], ...]:
 
 
 @functools.cache
-def _docs(class_name: str) -> tuple[dict[str, Any], ...]:
+def _docs(class_name: str, hint: bool) -> tuple[dict[str, Any], ...]:
     from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
 
     docs = _jsonl(data_dir() / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name])
     for doc in docs:
-        doc["description"] += PYTHON_HINT
+        doc["description"] += PYTHON_HINT if hint else ""
     return tuple(docs)
 
 
 def tool_docs(
-    classes: list[str], only: set[str] | None = None, skip: set[str] = frozenset()
+    classes: list[str],
+    only: set[str] | None = None,
+    skip: set[str] = frozenset(),
+    hint: bool = True,
 ) -> list[dict[str, Any]]:
     """The function docs of these back-end classes, in order, as the package shows them to a
-    model: all of them, or those named in `only`, less those in `skip`. Shared: read only."""
+    model: all of them, or those named in `only`, less those in `skip`; `hint` adds the
+    package's Python hint to each description (it does not to functions added in a later
+    turn). Shared: read only."""
     unknown = [c for c in classes if c not in CLASSES]
     if unknown:
         raise EnvError(f"Unknown bfcl back-end {unknown[0]!r}: use one of {', '.join(CLASSES)}.")
     return [
         d
         for c in classes
-        for d in _docs(c)
+        for d in _docs(c, hint)
         if (only is None or d["name"] in only) and d["name"] not in skip
     ]
 

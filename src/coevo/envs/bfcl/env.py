@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from coevo.envs.base import EnvError, EpisodeClock, StepResult, check_split
+from coevo.envs.base import EnvError, EpisodeClock, NoEpisodeError, StepResult, check_split
 from coevo.envs.bfcl import data
 from coevo.envs.bfcl.backend import Backend, Outcome
 from coevo.envs.bfcl.calls import CallSyntaxError, parse_answer, parse_calls
@@ -166,14 +166,17 @@ class BfclEnv:
         messages = list(entry["turns"][ep.turn])
         arriving = entry["missed_function"].get(str(ep.turn))
         if arriving:
-            docs = data.tool_docs(entry["involved_classes"], only=set(arriving))
+            # In the entry's order and without the Python hint, as the package adds them.
+            classes = entry["involved_classes"]
+            docs = [d for n in arriving for d in data.tool_docs(classes, {n}, hint=False)]
             messages.insert(0, _added_functions(docs))
         return "User: " + "\n".join(messages)
 
     def step(self, action: str) -> StepResult:
         self._clock.tick()
         ep = self._episode
-        assert ep is not None  # tick() raises before any reset
+        if ep is None:  # the last reset failed part way
+            raise NoEpisodeError("step() was called without a started episode: call reset(task).")
         ep.steps += 1
         info: dict[str, Any] = {"turn": ep.turn, "step": ep.steps, "error": None}
         terminated = False
