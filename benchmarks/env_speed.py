@@ -52,6 +52,10 @@ CASES: list[Case] = [
     ),
     Case("sql, generated databases", "sql", {}, goal=1_000),
     Case("sciworld, gold paths (real JVM)", "sciworld", {}, max_tasks=30),
+    # One step per user turn's calls and one per answer; each reset loads two back-ends (the
+    # agent's and the ground truth's) and each answer runs the package's state and response
+    # checks.
+    Case("bfcl, multi_turn_base ground truth (bfcl-eval back-ends)", "bfcl", {}),
 ]
 
 # Extra per-env reports (e.g. adapter overhead against a raw package): env -> function
@@ -190,6 +194,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="Timed env seconds per case.")
     parser.add_argument("--tasks", type=int, default=1500, help="Train tasks replayed per case.")
     parser.add_argument("--no-write", action="store_true", help="Print only.")
+    parser.add_argument(
+        "--note", help="A line added to each section written (e.g. what else ran meanwhile)."
+    )
     args = parser.parse_args()
     envs = sorted({c.env for c in CASES} | set(EXTRA)) if not args.env else args.env
     stamp = time.strftime("%Y-%m-%d %H:%M")
@@ -199,6 +206,7 @@ def main() -> None:
             "",
             f"Measured {stamp} on {describe()}.",
             "",
+            *([args.note, ""] if args.note else []),
             f"Timed on a fresh env over up to {args.tasks} distinct train tasks; when they take "
             f"less than {args.seconds:g} s they repeat, and an env's memory cache is then warm.",
             "",

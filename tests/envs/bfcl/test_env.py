@@ -53,7 +53,7 @@ def test_splits_hold_out_whole_scenarios(bfcl_env: BfclEnv):
 
 def test_bad_options_and_tasks_are_clear_errors(bfcl_env: BfclEnv):
     for options in ({"n_test": 0}, {"n_test": 200}, {"max_steps": 1}, {"reward": "best"},
-                    {"max_result_chars": 0}):  # fmt: skip
+                    {"max_result_chars": 0}, {"docs": "xml"}):  # fmt: skip
         with pytest.raises(EnvError):
             BfclEnv(**options)
     with pytest.raises(EnvError, match="not a bfcl task"):
@@ -279,3 +279,18 @@ def test_long_results_can_be_cut_for_the_agent_only():
     result = env.step("Action: ls(a=True)")
     assert "characters, cut]" in result.observation
     assert expert_trajectory(env, task).reward == 1.0  # the checker sees whole results
+
+
+def test_compact_docs_list_the_same_functions_in_less_text(bfcl_env: BfclEnv):
+    task = entry_task("multi_turn_miss_func_0")
+    bfcl_env.reset(task)
+    full = json.loads(bfcl_env.instruction_prompt.split("that you can invoke.\n")[1])
+    env = BfclEnv(docs="compact")
+    env.reset(task)
+    prompt = env.instruction_prompt
+    compact = json.loads(prompt.split("that you can invoke.\n")[1])
+    assert compact == [{k: v for k, v in d.items() if k != "response"} for d in full]
+    assert len(prompt) < 0.6 * len(bfcl_env.instruction_prompt)
+    trajectory = expert_trajectory(env, task)
+    assert trajectory.reward == 1.0
+    assert any('{"name":"sort"' in t.text for t in trajectory.turns if t.role == "user")

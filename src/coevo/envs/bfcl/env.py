@@ -36,6 +36,7 @@ from coevo.envs.react import FORMAT_ERROR, format_reply, parse
 from coevo.trajectory import Task, Turn
 
 REWARDS = ("entry", "turns")
+DOCS = ("package", "compact")
 DONE = "All of the user's requests have been handled; the episode is over."
 
 ACTIONS = """\
@@ -50,15 +51,27 @@ current turn, and the user's next request follows.
 
 def _templates() -> dict[str, str]:
     """BFCL's default prompt parts (style `classic`, calls in Python syntax, docs in JSON)."""
-    from bfcl_eval.constants.default_prompts import OUTPUT_FORMAT_MAPPING, PROMPT_STYLE_TEMPLATES
+    from bfcl_eval.constants.default_prompts import (
+        DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
+        OUTPUT_FORMAT_MAPPING,
+        PROMPT_STYLE_TEMPLATES,
+    )
 
-    return {**PROMPT_STYLE_TEMPLATES["classic"], "output_format": OUTPUT_FORMAT_MAPPING["python"]}
+    return {
+        **PROMPT_STYLE_TEMPLATES["classic"],
+        "output_format": OUTPUT_FORMAT_MAPPING["python"],
+        "added": DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
+    }
 
 
-def _added_functions(docs: list[dict[str, Any]]) -> str:
-    from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
-
-    return f"{json.dumps(docs, indent=4)}\n{DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC}"
+def render_docs(docs: list[dict[str, Any]], style: str) -> str:
+    """Function docs as the prompt shows them: `package`, the package's indented JSON; `compact`,
+    the same docs without their response schemas, on one line (about 43% of the characters,
+    for models whose context cannot hold the package's ~37,000 characters)."""
+    if style == "compact":
+        docs = [{k: v for k, v in d.items() if k != "response"} for d in docs]
+        return json.dumps(docs, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(docs, indent=4)
 
 
 @dataclass
@@ -90,11 +103,13 @@ class BfclEnv:
         max_steps: int = 21,
         max_result_chars: int | None = None,
         reward: str = "entry",
+        docs: str = "package",
     ) -> None:
         """`seed` and `n_test` draw the held-out scenarios (data.py); `max_steps` is the budget
         of one user turn; `max_result_chars` cuts each call result in the observation (None:
         whole, as BFCL shows them; the checker always sees them whole); `reward` is `entry`
-        (1.0 when the entry passes, else 0) or `turns` (the turn pass share)."""
+        (1.0 when the entry passes, else 0) or `turns` (the turn pass share); `docs` how the
+        functions are listed (`render_docs`)."""
         if not isinstance(max_steps, int) or max_steps < 2:
             raise EnvError(f"bfcl option max_steps must be an integer >= 2, got {max_steps!r}.")
         if max_result_chars is not None and (
@@ -106,6 +121,9 @@ class BfclEnv:
             )
         if reward not in REWARDS:
             raise EnvError(f"bfcl option reward must be one of {REWARDS}, got {reward!r}.")
+        if docs not in DOCS:
+            raise EnvError(f"bfcl option docs must be one of {DOCS}, got {docs!r}.")
+        self.docs = docs
         self.max_result_chars = max_result_chars
         self.reward_kind = reward
         self._tasks = data.build_tasks(seed, n_test)
@@ -130,7 +148,7 @@ class BfclEnv:
         head = f"{t['persona']} {t['task']}\n\n{self._actions}"
         if docs is None:
             return f"{head}\n\nThe functions you can invoke are listed here once a task starts."
-        tools = t["available_tools"].format(format="json", functions=json.dumps(docs, indent=4))
+        tools = t["available_tools"].format(format="json", functions=render_docs(docs, self.docs))
         return f"{head}\n\n{tools}"
 
     @functools.lru_cache(maxsize=64)  # noqa: B019 (a few dozen class sets; the env lives long)
@@ -169,7 +187,7 @@ class BfclEnv:
             # In the entry's order and without the Python hint, as the package adds them.
             classes = entry["involved_classes"]
             docs = [d for n in arriving for d in data.tool_docs(classes, {n}, hint=False)]
-            messages.insert(0, _added_functions(docs))
+            messages.insert(0, f"{render_docs(docs, self.docs)}\n{self._templates['added']}")
         return "User: " + "\n".join(messages)
 
     def step(self, action: str) -> StepResult:
