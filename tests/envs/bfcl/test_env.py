@@ -62,6 +62,10 @@ def test_bad_options_and_tasks_are_clear_errors(bfcl_env: BfclEnv):
     broken = Task(task.id, "bfcl", "train", "q", {**task.data, "involved_classes": ["Shell"]})
     with pytest.raises(EnvError, match="unknown bfcl back-ends"):
         bfcl_env.reset(broken)
+    truth = [["ls()", "cd(folder=__import__('os').getcwd())"], *task.data["ground_truth"][1:]]
+    hostile = Task(task.id, "bfcl", "train", "q", {**task.data, "ground_truth": truth})
+    with pytest.raises(EnvError, match="not one literal call"):
+        bfcl_env.reset(hostile)
     with pytest.raises(EnvError, match="before reset"):
         BfclEnv(n_test=20).step("Action: answer[hi]")
 

@@ -283,7 +283,7 @@ class BfclEnv:
                 )
                 replies.append(
                     format_reply(
-                        "The calls succeeded, so this request is done.",
+                        "That completes this request, so I tell the user.",
                         "answer[Done: I have completed your request.]",
                     )
                 )
@@ -342,4 +342,11 @@ def _entry(task: Task) -> dict[str, Any]:
             f"Task {task.id!r} needs one ground-truth call list per user turn, got "
             f"{len(entry['turns'])} turns and {len(entry['ground_truth'])} lists."
         )
+    for text in (t for calls in entry["ground_truth"] for t in calls):
+        try:
+            if len(parse_calls(text)) == 1:
+                continue
+        except CallSyntaxError:
+            pass
+        raise EnvError(f"Task {task.id!r}: ground-truth call {text!r} is not one literal call.")
     return entry
