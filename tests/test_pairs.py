@@ -91,3 +91,41 @@ def test_target_pairs_weights_by_hand():
 def test_target_pairs_without_expert_keep_only_failure_pairs():
     pairs = target_pairs({}, [traj("z", "target", 0.1)], [traj("z", "failure", 0.5)])
     assert [(p.kind, p.chosen.reward) for p in pairs] == [("failure_vs_failure", 0.5)]
+
+
+def test_why_no_pairs_says_what_the_rollouts_lacked():
+    from coevo.pairs import why_no_pairs
+
+    won = [traj("a", "target", 1.0), traj("b", "target", 1.0)]
+    assert why_no_pairs(won, against_expert=True) == (
+        "all 2 rollouts succeeded, so none is worse than another"
+    )
+    tied = [traj("a", "target", 0.0), traj("a", "failure", 0.0)]
+    assert failure_pairs(tied[:1], tied[1:]) == []
+    assert why_no_pairs(tied, against_expert=False) == (
+        "every one of the 2 failures scored 0, and a failure-vs-failure pair needs two "
+        "different rewards"
+    )
+    apart = [traj("a", "target", 0.2), traj("b", "failure", 0.5)]
+    assert failure_pairs(apart[:1], apart[1:]) == []
+    assert "no two failures of one task" in why_no_pairs(apart, against_expert=False)
+    assert why_no_pairs([], against_expert=True) == "there were no rollouts"
+
+
+def test_a_preference_stage_without_pairs_says_why(tmp_path, capsys):
+    from coevo.config import build
+    from coevo.methods import training
+    from coevo.methods.recipe import RunConfig
+    from coevo.methods.run import Run, StageModel
+    from coevo.pipeline import Pipeline
+
+    config = build(RunConfig, {})
+    run = Run(config, Pipeline(tmp_path, {}, name="runs/x"), store=None, pool=None)
+    start = StageModel(tmp_path / "model")
+    why = "every one of the 4 failures scored 0, and ..."
+    handed = training.dpo(run, "failure", start, [], 1, config.dpo, 0, why_none=why)
+    assert handed is start  # the model carries over untrained
+    assert capsys.readouterr().err.splitlines() == [
+        "runs/x: stage dpo-1-failure",
+        f"runs/x: stage dpo-1-failure: skipped, no pairs ({why}); the model carries over",
+    ]

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from coevo.pipeline import Pipeline, RunDirError
 
@@ -62,7 +63,7 @@ def test_a_manifest_that_is_not_json_leaves_its_stage_unfinished_with_one_warnin
     assert rerun.stage("sft", stage) == {"n": 2}  # ran again, and its manifest is whole again
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1
-    assert err[0].startswith(f"stage sft: {manifest} is not valid JSON (")
+    assert err[0].startswith(f"{tmp_path}: stage sft: {manifest} is not valid JSON (")
     assert err[0].endswith("the stage runs again")
     assert json.loads(manifest.read_text())["outputs"] == {"n": 2}
     assert Pipeline(tmp_path, {}, quiet=True).done("sft")
@@ -106,7 +107,59 @@ def test_a_stage_whose_rows_left_the_store_runs_again(tmp_path, capsys):
     assert calls == ["explore", "sft", "explore"]
     assert store.stage_rows("explore-1") == 3
     assert capsys.readouterr().err.splitlines() == [
-        "stage explore-1: the store no longer holds its 3 trajectories (was it moved aside?); "
-        "the stage runs again"
+        f"{tmp_path}: stage explore-1: the store no longer holds its 3 trajectories (was it "
+        "moved aside?); the stage runs again"
     ]
     store.close()
+
+
+def test_stage_lines_name_the_run_and_an_adopted_stage_its_source(tmp_path, capsys):
+    p = Pipeline(tmp_path / "eto", {}, name="runs/demo/eto")
+    p.stage("sft-target", lambda out: {"n": 1})
+    adopted = tmp_path / "eto/stages/eval-0"
+    adopted.mkdir(parents=True)
+    (adopted / "manifest.json").write_text(
+        json.dumps({"outputs": {"n": 2}, "adopted_from": "runs/demo/sft"})
+    )
+    p.stage("eval-0", lambda out: {"n": 3})
+    p.stage("sft-target", lambda out: {"n": 4})
+    assert capsys.readouterr().err.splitlines() == [
+        "runs/demo/eto: stage sft-target",
+        "runs/demo/eto: stage eval-0: adopted from runs/demo/sft",
+        "runs/demo/eto: stage sft-target: done before, skipped",
+    ]
+
+
+def saved_pipeline(run_dir, config, **kw):
+    """A Pipeline as the runner makes one: the recipe saved beside it as config.yaml."""
+    p = Pipeline(run_dir, config, quiet=True, extends=("iterations",), **kw)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    return p
+
+
+def test_a_finished_run_grows_by_its_extending_keys_only(tmp_path):
+    first = {"iterations": 1, "sft": {"lr": 0.1, "layers": [1, 2]}}
+    saved_pipeline(tmp_path, first).stage("eval-1", lambda out: {"n": 1})
+    longer = {**first, "iterations": 3}
+    p = saved_pipeline(tmp_path, longer)
+    assert p.done("eval-1")  # what was finished stays finished
+    stamp = json.loads((tmp_path / "run.json").read_text())
+    assert stamp["config_hash"] == p.hash and stamp["extended"] == ["iterations"]
+    # Any other change, and shrinking, name the keys that differ.
+    changed = {"iterations": 2, "sft": {"lr": 0.2, "layers": [1, 2]}}
+    with pytest.raises(RunDirError) as caught:
+        saved_pipeline(tmp_path, changed)
+    message = str(caught.value)
+    assert "iterations (3 -> 2); sft.lr (0.1 -> 0.2)" in message
+    assert "only iterations may grow" in message
+
+
+def test_a_setting_added_since_the_run_is_no_change_at_its_default(tmp_path):
+    old = {"iterations": 1, "sft": {"lr": 0.1}}
+    saved_pipeline(tmp_path, old)
+    defaults = {"sft": {"lr": 1.0, "tracking": {"log_with": None}}}
+    newer = {"iterations": 1, "sft": {"lr": 0.1, "tracking": {"log_with": None}}}
+    saved_pipeline(tmp_path, newer, defaults=defaults)
+    other = {"iterations": 1, "sft": {"lr": 0.1, "tracking": {"log_with": "tensorboard"}}}
+    with pytest.raises(RunDirError, match=r"sft.tracking.log_with \(null -> \"tensorboard\"\)"):
+        saved_pipeline(tmp_path, other, defaults=defaults)

@@ -132,3 +132,29 @@ def target_pairs(
         ) + expert_vs_predictions(expert, seconds.get(task_id, []), kind=f"expert_vs_{second_name}")
         pairs += [replace(p, weight=1.0 / len(group), sft_weight=lambda_sft) for p in group]
     return pairs + failure_pairs(target, second, within_agent=within_agent)
+
+
+def why_no_pairs(rollouts: Iterable[Trajectory], *, against_expert: bool) -> str:
+    """Why a preference stage got no pair from `rollouts`, in words for the run's log.
+
+    `against_expert`: the stage pairs the expert with predictions (ETO, the target); else it
+    pairs failures with failures (the failure agent).
+    """
+    rollouts = list(rollouts)
+    fails = failures(rollouts)
+    if not rollouts:
+        return "there were no rollouts"
+    if not fails:
+        return f"all {len(rollouts)} rollouts succeeded, so none is worse than another"
+    if against_expert:
+        return "no task that failed has an expert demonstration"
+    rewards = {round(t.reward, 6) for t in fails}
+    if len(rewards) == 1:
+        return (
+            f"every one of the {len(fails)} failures scored {rewards.pop():g}, and a "
+            "failure-vs-failure pair needs two different rewards"
+        )
+    return (
+        f"no two failures of one task (across the agents) differ in reward ({len(fails)} "
+        f"failures on {len(by_task(fails))} tasks)"
+    )

@@ -11,6 +11,9 @@ A manifest counts only while what it vouches for is still there: one that is not
 (a disk that filled up, a hand edit), or one of a stage whose trajectories are gone from the
 store (a damaged store moved aside), leaves its stage unfinished, with a one-line warning, and
 the stage runs again.
+
+A finished run continues with a recipe that only extends it (`extends`: more iterations, more
+RFT rounds); any other change is refused with the keys that differ.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.markup import escape
 
@@ -49,28 +53,71 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 class Pipeline:
-    """Runs named stages once each in `run_dir`, recording a manifest per finished stage."""
+    """Runs named stages once each in `run_dir`, recording a manifest per finished stage.
 
-    def __init__(self, run_dir: str | Path, config: dict[str, Any], *, quiet: bool = False):
+    `name` heads every stage line (default: the run directory). A run made with another
+    recipe is refused unless the two differ only in `extends` keys, each grown (an integer at
+    least as large), or in keys the saved recipe lacks whose new value is their default in
+    `defaults` (settings added to coevo since the run was made).
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        config: dict[str, Any],
+        *,
+        quiet: bool = False,
+        name: str | None = None,
+        extends: tuple[str, ...] = (),
+        defaults: dict[str, Any] | None = None,
+    ):
         self.run_dir = Path(run_dir)
         self.config = config
         self.hash = config_hash(config)
         self.quiet = quiet
+        self.name = name or str(self.run_dir)
         self.rows: Callable[[str], int] | None = None
         """Trajectories the store holds for a stage (`Store.stage_rows`); set by the runner."""
         self._warned: set[str] = set()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         stamp = self.run_dir / "run.json"
         if stamp.exists():
-            recorded = json.loads(stamp.read_text()).get("config_hash")
-            if recorded != self.hash:
-                raise RunDirError(
-                    f"{str(self.run_dir)!r} holds a run with another config (hash {recorded}, "
-                    f"now {self.hash}): resume it with the same config and overrides "
-                    "(its config.yaml), or start a new run with another --out."
-                )
+            record = json.loads(stamp.read_text())
+            if record.get("config_hash") != self.hash:
+                grown = self._check_extension(record.get("config_hash"), extends, defaults or {})
+                record.update(config_hash=self.hash, extended=record.get("extended", []) + grown)
+                write_atomic(stamp, json.dumps(record))
         else:
             write_atomic(stamp, json.dumps({"config_hash": self.hash, "created": time.time()}))
+
+    def _check_extension(
+        self, recorded: str | None, extends: tuple[str, ...], defaults: dict[str, Any]
+    ) -> list[str]:
+        """The keys that grow when the run's saved recipe is extended to this one; raise
+        RunDirError naming the keys that differ when it is not only extended."""
+        saved_path = self.run_dir / "config.yaml"
+        saved = yaml.safe_load(saved_path.read_text()) if saved_path.is_file() else None
+        if not isinstance(saved, dict):
+            raise RunDirError(
+                f"{str(self.run_dir)!r} holds a run with another config (hash {recorded}, "
+                f"now {self.hash}): resume it with the same config and overrides, or start a "
+                "new run with another --out."
+            )
+        grown, differ = recipe_changes(saved, self.config, extends, _flat(defaults))
+        if differ:
+            shown = "; ".join(differ[:6]) + ("; ..." if len(differ) > 6 else "")
+            raise RunDirError(
+                f"{str(self.run_dir)!r} holds a run with another recipe: {shown}. Resume it "
+                f"with its own recipe (its config.yaml), or start a new run with another "
+                f"--out; only {', '.join(extends) or 'no keys'} may grow to extend a run."
+            )
+        return grown
+
+    def say(self, stage: str, message: str = "", style: str = "dim") -> None:
+        """A line about `stage` of this run, headed by the run's name (unless quiet)."""
+        if not self.quiet:
+            line = f"{self.name}: stage {stage}" + (f": {message}" if message else "")
+            console.print(f"[{style}]{escape(line)}[/]", soft_wrap=True)
 
     def stage_dir(self, name: str) -> Path:
         path = self.run_dir / "stages" / name
@@ -103,7 +150,10 @@ class Pipeline:
     def _warn(self, name: str, message: str) -> None:
         if name not in self._warned:  # manifest() is read more than once per stage
             self._warned.add(name)
-            console.print(f"[yellow]stage {escape(name)}: {escape(message)}[/]", soft_wrap=True)
+            console.print(
+                f"[yellow]{escape(self.name)}: stage {escape(name)}: {escape(message)}[/]",
+                soft_wrap=True,
+            )
 
     def done(self, name: str) -> bool:
         return self.manifest(name) is not None
@@ -117,11 +167,10 @@ class Pipeline:
         """Run stage `name` unless it finished before; return its recorded outputs."""
         finished = self.manifest(name)
         if finished is not None:
-            if not self.quiet:
-                console.print(f"[dim]stage {name}: done before, skipped[/]")
+            source = finished.get("adopted_from")
+            self.say(name, f"adopted from {source}" if source else "done before, skipped")
             return finished["outputs"]
-        if not self.quiet:
-            console.print(f"[bold]stage {name}[/]")
+        self.say(name, style="bold")
         start = time.time()
         outputs = fn(self.stage_dir(name)) or {}
         record = {
@@ -139,3 +188,53 @@ class Pipeline:
             self.stage_dir(name) / "manifest.json", json.dumps(record, indent=2, default=str)
         )
         return outputs
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}, values through JSON (a tuple and its YAML list agree)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = json.loads(json.dumps(value, default=str))
+    return out
+
+
+def recipe_changes(
+    saved: dict[str, Any],
+    new: dict[str, Any],
+    extends: tuple[str, ...],
+    defaults: dict[str, Any],
+) -> tuple[list[str], list[str]]:
+    """(keys in `extends` that grow, "key (saved -> new)" for every other difference) between
+    a run's saved recipe and a new one, both nested; `defaults` is flat (dotted keys)."""
+    old, now = _flat(saved), _flat(new)
+    grown, differ = [], []
+    for key in sorted(old.keys() | now.keys()):
+        before, after = old.get(key, _MISSING), now.get(key, _MISSING)
+        if before == after:
+            continue
+        if before is _MISSING and key in defaults and after == defaults[key]:
+            continue  # a setting added since the run was made, at its default
+        if key in extends and _grows(before, after):
+            grown.append(key)
+            continue
+        differ.append(f"{key} ({_show(before)} -> {_show(after)})")
+    return grown, differ
+
+
+_MISSING = object()
+
+
+def _grows(before: Any, after: Any) -> bool:
+    return (
+        isinstance(before, int)
+        and isinstance(after, int)
+        and not isinstance(before, bool)
+        and after > before
+    )
+
+
+def _show(value: Any) -> str:
+    return "absent" if value is _MISSING else json.dumps(value)

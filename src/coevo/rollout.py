@@ -246,7 +246,7 @@ class _Progress:
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("reward {task.fields[reward]}"),
+            TextColumn("episodes, mean reward {task.fields[reward]},"),
             TextColumn("{task.fields[rate]} steps/s"),
             TimeElapsedColumn(),
         )

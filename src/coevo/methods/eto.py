@@ -13,7 +13,7 @@ from coevo.methods import rollouts, training
 from coevo.methods.recipe import RunConfig
 from coevo.methods.run import Run
 from coevo.methods.start import shared_start
-from coevo.pairs import eto_pairs
+from coevo.pairs import eto_pairs, why_no_pairs
 from coevo.train.dpo import DpoConfig
 
 
@@ -37,5 +37,6 @@ def run_eto(run: Run) -> None:
         explored = rollouts.explore(run, target, "target", iteration, train)
         pairs = eto_pairs(start.experts, explored)
         settings, seed = dpo_settings(cfg, iteration), cfg.seed + iteration
-        target = training.dpo(run, "target", target, pairs, iteration, settings, seed)
+        why = why_no_pairs(explored, against_expert=True)
+        target = training.dpo(run, "target", target, pairs, iteration, settings, seed, why_none=why)
         rollouts.evaluate(run, target, iteration)

@@ -20,7 +20,7 @@ from coevo.methods import rollouts, training
 from coevo.methods.eto import dpo_settings
 from coevo.methods.run import Run
 from coevo.methods.start import base_model, shared_start
-from coevo.pairs import eto_pairs, failure_pairs, target_pairs
+from coevo.pairs import eto_pairs, failure_pairs, target_pairs, why_no_pairs
 from coevo.trajectory import Pair, Trajectory
 
 # The second agent's pairs of an iteration, from the experts, the target's rollouts, its own
@@ -72,7 +72,15 @@ def co_evolve(run: Run, second_name: str, second_pairs: SecondPairs | None) -> N
 
         if second_pairs is not None:
             pairs = second_pairs(experts, target_rollouts, second_rollouts, within)
-            second = training.dpo(run, second_name, second, pairs, iteration, settings, seed)
+            # The positive agent pairs its own rollouts with the expert; the failure agent
+            # pairs the failures of both agents.
+            own = second_pairs is positive_agent_pairs
+            why = why_no_pairs(
+                second_rollouts if own else target_rollouts + second_rollouts, against_expert=own
+            )
+            second = training.dpo(
+                run, second_name, second, pairs, iteration, settings, seed, why_none=why
+            )
 
         pairs = target_pairs(
             experts,
@@ -82,5 +90,6 @@ def co_evolve(run: Run, second_name: str, second_pairs: SecondPairs | None) -> N
             second_name=second_name,
             within_agent=within,
         )
-        target = training.dpo(run, "target", target, pairs, iteration, settings, seed)
+        why = why_no_pairs(target_rollouts + second_rollouts, against_expert=True)
+        target = training.dpo(run, "target", target, pairs, iteration, settings, seed, why_none=why)
         rollouts.evaluate(run, target, iteration)

@@ -81,7 +81,7 @@ def explore(
                     seed=seed,
                     agent=agent,
                     max_length=run.config.model.max_length,
-                    description=f"{name} {start + len(chunk)}/{len(todo)}",
+                    description=f"{name}, tasks {start + 1}-{start + len(chunk)} of {len(todo)}",
                 )
                 fresh = [t for t in played if (t.task.id, t.sample) not in done]
                 run.store.add_trajectories(fresh, iteration=iteration, stage=name)
@@ -129,7 +129,7 @@ def evaluate(run: Run, model: StageModel, iteration: int) -> EvalRecord:
                     seed=run.config.seed,
                     agent="target",
                     max_length=run.config.model.max_length,
-                    description=f"eval {iteration} {split}",
+                    description=f"eval-{iteration} {split}",
                 )
                 run.store.add_trajectories(played, iteration=iteration, stage=name)
             splits[split] = episode_stats(played)

@@ -31,6 +31,10 @@ from coevo.store import Store, StoreError
 # Stages every method begins with, identical when env, model, sft and seed agree.
 SHARED_STAGES = ("experts", "model", "sft-target", "eval-0")
 SHARED_KEYS = ("env", "model", "sft", "seed", "eval")
+# Keys that only add stages after the finished ones when they grow: a finished run continues
+# with more of them. (GRPO's steps are not among them yet: its last interval, once finished,
+# would not train the steps added after it.)
+EXTENDING = ("iterations", "rft.rounds")
 
 
 def recorded(config: RunConfig) -> dict[str, Any]:
@@ -57,7 +61,9 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
     # Before anything is written: a second process on `out` is refused, not interleaved.
     with lock_run_dir(out):
         record = recorded(config)
-        pipeline = Pipeline(out, record, quiet=quiet)
+        pipeline = Pipeline(
+            out, record, quiet=quiet, extends=EXTENDING, defaults=to_dict(RunConfig())
+        )
         (out / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
         try:
             store = Store(out, label=config.label)
@@ -116,7 +122,8 @@ def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> 
                         [r.trajectory for r in rows], iteration=rows[0].iteration, stage=name
                     )
             # The manifest last: the stage counts as done only once everything is in place.
-            write_atomic(target / "manifest.json", manifest.read_text())
+            adopted = {**json.loads(manifest.read_text()), "adopted_from": str(source)}
+            write_atomic(target / "manifest.json", json.dumps(adopted, indent=2))
     finally:
         source_store.close()
 

@@ -60,11 +60,14 @@ def dpo(
     iteration: int,
     config: DpoConfig,
     seed: int,
+    *,
+    why_none: str = "",
 ) -> StageModel:
     """Preference training of `start` on `pairs` (stage `dpo-<iteration>-<name>`).
 
     The reference is `start` itself: the policy at the iteration's start (ETO). `config` is
-    the phase's settings as the method's loop chose them.
+    the phase's settings as the method's loop chose them. `why_none` says why there are no
+    pairs, when there are none (`pairs.why_no_pairs`).
     """
     stage_name = f"dpo-{iteration}-{name}"
     inputs = {
@@ -74,7 +77,12 @@ def dpo(
     }
     if not pairs:
         # Nothing to learn from (e.g. every rollout succeeded): the model carries over.
-        run.stage(stage_name, lambda _: DpoRecord(0, skipped=True), DpoRecord.from_dict, inputs)
+        def skip(_: Path) -> DpoRecord:
+            because = f" ({why_none})" if why_none else ""
+            run.pipeline.say(stage_name, f"skipped, no pairs{because}; the model carries over")
+            return DpoRecord(0, skipped=True)
+
+        run.stage(stage_name, skip, DpoRecord.from_dict, inputs)
         return start
     trained: dict[str, Any] = {}
 
