@@ -5,7 +5,7 @@ from typing import Literal
 
 import pytest
 
-from coevo.config import ConfigError, load, save
+from coevo.config import ConfigError, load, parse_overrides, save
 
 
 @dataclass
@@ -67,3 +67,14 @@ def test_missing_and_bad_files(tmp_path):
     bad.write_text("- a list\n")
     with pytest.raises(ConfigError, match="mapping at the top"):
         load(Recipe, bad)
+
+
+def test_the_override_error_gives_an_example_that_works():
+    import re
+
+    from coevo.methods.recipe import RunConfig
+
+    with pytest.raises(ConfigError) as caught:
+        parse_overrides(["lr"])
+    example = re.search(r"e\.g\. (\S+)\)", str(caught.value)).group(1)
+    assert load(RunConfig, None, [example]).sft.optim.lr == 1e-6  # a real key of a recipe

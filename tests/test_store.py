@@ -146,14 +146,14 @@ def test_exports_round_trip(tmp_path):
         assert read_parquet_trajectories(tmp_path / "pq" / "trajectories.parquet") == everything
         assert read_parquet_pairs(tmp_path / "pq" / "pairs.parquet") == pairs
 
-        (path,) = export(store, "sharegpt", tmp_path / "sg")
-        items = json.loads(path.read_text())
+        (written,) = export(store, "sharegpt", tmp_path / "sg")
+        items = json.loads(written.path.read_text())
         assert [turns_from_sharegpt(item) for item in items] == [t.turns for t in everything]
         assert items[0]["conversations"][0]["from"] == "human"
         assert items[0]["conversations"][1]["from"] == "gpt"
 
-        (path,) = export(store, "trl-dpo", tmp_path / "dpo")
-        rows = read_jsonl(path)
+        (written,) = export(store, "trl-dpo", tmp_path / "dpo")
+        rows = read_jsonl(written.path)
         for row, pair in zip(rows, pairs, strict=True):
             assert row["prompt"][-1]["role"] == "user"
             assert row["chosen"][0]["role"] == row["rejected"][0]["role"] == "assistant"
@@ -173,8 +173,8 @@ def test_exports_round_trip(tmp_path):
 def test_empty_store_exports_empty_files(tmp_path):
     with Store(tmp_path) as store:
         for fmt in ("jsonl", "parquet", "sharegpt", "trl-dpo"):
-            for path in export(store, fmt, tmp_path / fmt):
-                assert path.exists()
+            for written in export(store, fmt, tmp_path / fmt):
+                assert written.path.exists() and written.rows == 0
         assert read_parquet_trajectories(tmp_path / "parquet" / "trajectories.parquet") == []
 
 
@@ -189,7 +189,8 @@ def test_export_command(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["export", str(run), "--format", "sharegpt"])
     assert result.exit_code == 0, result.output
-    assert "3 trajectories" in result.output
+    sharegpt = run / "export" / "sharegpt" / "sharegpt.json"
+    assert f"3 trajectories -> {sharegpt}" in result.output
     assert len(json.loads((run / "export" / "sharegpt" / "sharegpt.json").read_text())) == 3
     result = runner.invoke(app, ["export", str(run), "--format", "csv"])
     assert result.exit_code == 2 and "unknown export format 'csv'" in result.output
@@ -315,3 +316,44 @@ def test_a_read_only_store_reads_an_old_store_and_changes_nothing(tmp_path):
     with pytest.raises(StoreError, match="No store at"):
         Store(tmp_path / "missing", readonly=True)
     assert not (tmp_path / "missing").exists()
+
+
+def test_export_filters_and_says_what_each_format_wrote(tmp_path):
+    from typer.testing import CliRunner
+
+    from coevo.cli import app
+
+    run = tmp_path / "run"
+    expert = make_trajectory(0, 1.0, agent="expert")
+    won, lost = make_trajectory(3, 1.0), make_trajectory(6, 0.2)
+    seen = make_trajectory(1, 0.5, split="test_seen")
+    with Store(run) as store:
+        store.add_trajectories([expert], stage="experts")
+        store.add_trajectories([won, lost], iteration=1, stage="explore-1-target")
+        store.add_trajectories([seen], iteration=1, stage="eval-1-test_seen")
+        store.add_pairs([Pair(expert, lost, "expert_vs_target")], iteration=1, stage="dpo-1-target")
+    runner = CliRunner()
+
+    def exported(*args: str) -> tuple[str, list[dict]]:
+        out = tmp_path / "out" / "-".join(args)
+        result = runner.invoke(app, ["export", str(run), "-o", str(out), *args])
+        assert result.exit_code == 0, result.output
+        return result.output, read_jsonl(out / "trajectories.jsonl")
+
+    # ETO-style SFT data: the experts and the successes.
+    _, rows = exported("--min-reward", "1")
+    assert [(r["agent"], r["reward"]) for r in rows] == [("expert", 1.0), ("target", 1.0)]
+    _, rows = exported("--agent", "target", "--split", "train")
+    assert [r["reward"] for r in rows] == [1.0, 0.2]
+    output, rows = exported("--stage", "eval-1")  # a stage's prefix: every split of eval-1
+    assert [r["task"]["split"] for r in rows] == ["test_seen"]
+    assert "0 pairs" in output
+    output, _ = exported("--stage", "dpo-1-target")
+    assert "1 pairs" in output
+    # Each format says what it wrote: ShareGPT holds trajectories only, TRL's DPO data pairs.
+    result = runner.invoke(app, ["export", str(run), "-f", "trl-dpo"])
+    assert "1 pairs ->" in result.output and "trajectories" not in result.output
+    result = runner.invoke(app, ["export", str(run), "-f", "sharegpt", "--min-reward", "1"])
+    assert "2 trajectories ->" in result.output and "pairs" not in result.output
+    result = runner.invoke(app, ["export", str(run), "--split", "valid"])
+    assert result.exit_code == 2 and "unknown split 'valid'" in result.output

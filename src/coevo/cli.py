@@ -10,7 +10,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
+from rich.pretty import Pretty
 from rich.table import Table
+from rich.text import Text
 
 from coevo.envs import base as envs
 from coevo.envs.episode import expert_trajectory
@@ -95,7 +97,9 @@ def env_check(
     for result in report.results.values():
         mark = "[green]ok[/]" if result.ok else "[red]FAIL[/]"
         problems = "\n".join(result.problems) or ("no cases ran" if not result.ok else "")
-        table.add_row(f"{mark} {result.name}", str(result.passed), str(result.failed), problems)
+        table.add_row(
+            f"{mark} {escape(result.name)}", str(result.passed), str(result.failed), Text(problems)
+        )
     console.print(table)
     verdict = "[green]passed[/]" if report.ok else "[red]failed[/]"
     console.print(f"{name}: {verdict} in {report.seconds:.1f}s")
@@ -120,7 +124,7 @@ def env_play(
             _show_trajectory(expert_trajectory(env, task))
             return
         observation, _ = env.reset(task)
-        console.print(Panel(observation, title=f"{task.id}"))
+        console.print(Panel(Text(observation), title=Text(task.id)))
         console.print(f"[dim]{env.max_steps} steps; Ctrl-D to quit[/]")
         while True:
             try:
@@ -128,11 +132,11 @@ def env_play(
             except EOFError:
                 return
             result = env.step(reply)
-            console.print(Panel(result.observation, title="observation"))
+            console.print(Panel(Text(result.observation), title="observation"))
             if result.done:
                 how = "terminated" if result.terminated else "truncated"
                 console.print(f"episode {how}: reward [bold]{result.reward:.3f}[/]")
-                console.print(result.info)
+                console.print(Pretty(result.info))
                 return
     finally:
         env.close()
@@ -156,7 +160,7 @@ def _pick_task(env: envs.Env, split: str, task_id: str | None):
 def _show_trajectory(trajectory) -> None:
     for turn in trajectory.turns:
         style = "green" if turn.role == "assistant" else "white"
-        console.print(Panel(turn.text, title=turn.role, border_style=style))
+        console.print(Panel(Text(turn.text), title=turn.role, border_style=style))
     console.print(
         f"reward [bold]{trajectory.reward:.3f}[/] after {trajectory.steps} steps "
         f"(terminated={trajectory.terminated}, truncated={trajectory.truncated})"
@@ -221,28 +225,48 @@ def model_get(
 def export_run(
     run_dir: Annotated[Path, typer.Argument(help="Run directory holding store.sqlite.")],
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help="jsonl, parquet, sharegpt or trl-dpo.")
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="jsonl or parquet (trajectories and pairs), sharegpt (trajectories), trl-dpo "
+            "(pairs).",
+        ),
     ] = "jsonl",
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Output directory [RUN_DIR/export/FORMAT].")
     ] = None,
+    agent: Annotated[
+        str | None, typer.Option(help="Only this agent's trajectories (expert, target, ...).")
+    ] = None,
+    split: Annotated[str | None, typer.Option(help="Only trajectories of this split.")] = None,
+    min_reward: Annotated[
+        float | None,
+        typer.Option(help="Only trajectories with at least this reward (1: experts + successes)."),
+    ] = None,
+    stage: Annotated[
+        str | None,
+        typer.Option(help="Only this stage's rows, or those of the stages it begins (eval-1)."),
+    ] = None,
 ) -> None:
     """Export a run's trajectories and pairs for use elsewhere (ETO's ShareGPT, TRL DPO, ...)."""
-    from coevo.export import FORMATS, export
+    from coevo.export import FORMATS, Selection, export
     from coevo.store import Store, StoreError
 
     if fmt not in FORMATS:
         fail(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}.")
+    if split is not None and split not in envs.SPLITS:  # `valid` tasks are train tasks
+        fail(f"unknown split {split!r}: use one of {', '.join(envs.SPLITS)}.")
+    selection = Selection(agent=agent, split=split, min_reward=min_reward, stage=stage)
     try:
-        store = Store(run_dir, create=False)
+        store = Store(run_dir, readonly=True)
     except StoreError as exc:
         fail(str(exc))
     with store:
-        paths = export(store, fmt, out or run_dir / "export" / fmt)
-        counts = f"{store.count('trajectories'):,} trajectories, {store.count('pairs'):,} pairs"
-    console.print(f"exported {counts} as {fmt}:")
-    for path in paths:
-        console.print(f"  {path}")
+        written = export(store, fmt, out or run_dir / "export" / fmt, selection)
+    console.print(f"exported as {fmt}:")
+    for file in written:
+        console.print(f"  {file.rows:,} {file.what} -> {escape(str(file.path))}", soft_wrap=True)
 
 
 @app.command("run")
@@ -264,12 +288,23 @@ def run_command(
     except ConfigError as exc:
         fail(str(exc))
     from coevo.methods.runner import execute
+    from coevo.quiet import quiet_libraries
 
+    quiet_libraries()
     try:
         execute(recipe, out)
     except (ConfigError, RunDirError, envs.EnvError, ModelError) as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        interrupted()
     _print_tables([out])
+
+
+def interrupted() -> None:
+    """Ctrl-C during a run: finished stages and committed episodes are kept, so say how to go
+    on; 130 is the shell's code for a command ended by SIGINT."""
+    err_console.print("\n[yellow]interrupted; rerun the same command to resume[/]")
+    raise typer.Exit(130)
 
 
 @app.command("compare")
@@ -353,11 +388,15 @@ def demo(
     from coevo.methods.demo import run_demo
     from coevo.pipeline import RunDirError
     from coevo.policy.models import ModelError
+    from coevo.quiet import quiet_libraries
 
+    quiet_libraries()
     try:
         tables, page = run_demo(out, overrides or [])
-    except (ConfigError, RunDirError, ModelError) as exc:
+    except (ConfigError, RunDirError, ModelError, envs.EnvError) as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        interrupted()
     print(tables)
     console.print(f"tables written to {escape(str(out / 'compare.md'))}", soft_wrap=True)
     console.print(f"report written to {escape(str(page))}", soft_wrap=True)

@@ -101,6 +101,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+def check_value(value: Any, tp: Any, where: str) -> Any:
+    """`value` checked against type `tp` as a recipe value is (converted where unambiguous,
+    1 -> 1.0 for a float); a ConfigError naming `where` when it does not fit."""
+    return _coerce(value, tp, where)
+
+
 def _unknown(key: str, known: list[str], prefix: str) -> ConfigError:
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" Did you mean '{prefix}{close[0]}'?" if close else f" Known keys: {', '.join(known)}."
@@ -182,13 +188,13 @@ def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """`["train.lr=1e-6", "iterations=2"]` -> nested mapping, values read as YAML scalars."""
+    """`["sft.optim.lr=1e-6", "iterations=2"]` -> nested mapping, values read as YAML scalars."""
     tree: dict[str, Any] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(
-                f"Override {item!r} is not of the form key=value (e.g. train.lr=1e-6)."
+                f"Override {item!r} is not of the form key=value (e.g. sft.optim.lr=1e-6)."
             )
         value = yaml.safe_load(raw) if raw.strip() else ""
         _set_dotted(tree, key.strip(), value)

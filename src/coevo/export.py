@@ -10,12 +10,16 @@
 - `trl-dpo`: `trl_dpo.jsonl`, TRL's conversational preference layout: `prompt` (the messages
   both trajectories share, ending with a user message), `chosen` and `rejected` (the rest of
   each), plus our `kind`, `weight` and `sft_weight`.
+
+A `Selection` narrows what is written (ETO-style SFT data is usually the experts and the
+successes: `Selection(min_reward=1.0)`); `export` says, per file, how many rows it wrote.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,38 +30,96 @@ FORMATS = ("jsonl", "parquet", "sharegpt", "trl-dpo")
 SHAREGPT_ROLE = {"user": "human", "assistant": "gpt", "system": "system"}
 
 
-def export(store: Store, fmt: str, out: Path | str) -> list[Path]:
-    """Write the store's contents in `fmt` under directory `out`; returns the files written."""
+# What each format writes: ShareGPT has no place for a pair, TRL's DPO data none for a lone
+# trajectory.
+WRITES = {
+    "jsonl": ("trajectories", "pairs"),
+    "parquet": ("trajectories", "pairs"),
+    "sharegpt": ("trajectories",),
+    "trl-dpo": ("pairs",),
+}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which rows to export; None selects all. `stage` names a stage or a stage's prefix
+    (`eval-1` selects eval-1-test_seen and eval-1-test_unseen) and selects pairs too; the
+    other filters select trajectories."""
+
+    agent: str | None = None
+    split: str | None = None
+    min_reward: float | None = None
+    stage: str | None = None
+
+    def trajectories(self, store: Store) -> list[StoredTrajectory]:
+        return [
+            row
+            for stage in self._stages(store.stages())
+            for row in store.stored_trajectories(
+                stage=stage, agent=self.agent, split=self.split, min_reward=self.min_reward
+            )
+        ]
+
+    def pairs(self, store: Store) -> list[StoredPair]:
+        return [
+            row
+            for stage in self._stages(store.stages("pairs"))
+            for row in store.stored_pairs(stage=stage)
+        ]
+
+    def _stages(self, known: list[str]) -> list[str | None]:
+        if self.stage is None:
+            return [None]
+        return [s for s in known if s == self.stage or s.startswith(f"{self.stage}-")]
+
+
+@dataclass(frozen=True)
+class Written:
+    """One file an export wrote, and how many rows of what it holds."""
+
+    path: Path
+    rows: int
+    what: str
+    """`trajectories` or `pairs`."""
+
+
+def export(
+    store: Store, fmt: str, out: Path | str, selection: Selection | None = None
+) -> list[Written]:
+    """Write the store's contents (those `selection` selects) in `fmt` under directory `out`;
+    the files written."""
     if fmt not in FORMATS:
         raise ValueError(f"Unknown export format {fmt!r}: use one of {', '.join(FORMATS)}.")
+    selection = selection or Selection()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    trajectories = selection.trajectories(store) if "trajectories" in WRITES[fmt] else []
+    pairs = selection.pairs(store) if "pairs" in WRITES[fmt] else []
     if fmt == "jsonl":
         return [
-            _write_lines(
-                out / "trajectories.jsonl", map(_trajectory_line, store.stored_trajectories())
+            Written(
+                _write_lines(out / "trajectories.jsonl", map(_trajectory_line, trajectories)),
+                len(trajectories),
+                "trajectories",
             ),
-            _write_lines(out / "pairs.jsonl", map(_pair_line, store.stored_pairs())),
+            Written(_write_lines(out / "pairs.jsonl", map(_pair_line, pairs)), len(pairs), "pairs"),
         ]
     if fmt == "parquet":
         return [
-            write_parquet_trajectories(
-                list(store.stored_trajectories()), out / "trajectories.parquet"
+            Written(
+                write_parquet_trajectories(trajectories, out / "trajectories.parquet"),
+                len(trajectories),
+                "trajectories",
             ),
-            write_parquet_pairs(list(store.stored_pairs()), out / "pairs.parquet"),
+            Written(write_parquet_pairs(pairs, out / "pairs.parquet"), len(pairs), "pairs"),
         ]
     if fmt == "sharegpt":
-        items = [
-            to_sharegpt(s.trajectory, f"{s.trajectory.task.id}#{s.id}")
-            for s in store.stored_trajectories()
-        ]
+        items = [to_sharegpt(s.trajectory, f"{s.trajectory.task.id}#{s.id}") for s in trajectories]
         path = out / "sharegpt.json"
         path.write_text(json.dumps(items, ensure_ascii=False, indent=1), encoding="utf-8")
-        return [path]
-    rows = (
-        {**to_trl_dpo(s.pair), "id": s.id, "iteration": s.iteration} for s in store.stored_pairs()
-    )
-    return [_write_lines(out / "trl_dpo.jsonl", rows)]
+        return [Written(path, len(items), "trajectories")]
+    rows = ({**to_trl_dpo(s.pair), "id": s.id, "iteration": s.iteration} for s in pairs)
+    return [Written(_write_lines(out / "trl_dpo.jsonl", rows), len(pairs), "pairs")]
 
 
 def _write_lines(path: Path, rows: Any) -> Path:

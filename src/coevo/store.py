@@ -431,10 +431,13 @@ class Store:
             ).fetchone()
         return int(row[0])
 
-    def stages(self) -> list[str]:
-        """The stage tags of the stored trajectories (`explore-1-target`, `eval-0-valid`, ...)."""
+    def stages(self, table: str = "trajectories") -> list[str]:
+        """The stage tags of the stored trajectories (`explore-1-target`, `eval-0-valid`, ...)
+        or, with `table="pairs"`, of the stored pairs (`dpo-1-target`, ...)."""
+        if table not in ("trajectories", "pairs"):
+            raise ValueError(f"Unknown table {table!r}: use trajectories or pairs.")
         with self._guard():
-            rows = self._db.execute("SELECT DISTINCT stage FROM trajectories ORDER BY stage")
+            rows = self._db.execute(f"SELECT DISTINCT stage FROM {table} ORDER BY stage")
             return [r[0] for r in rows.fetchall()]
 
     def iterations(self) -> list[int]:

@@ -48,3 +48,17 @@ def test_check_split():
     assert check_split("test_unseen") == "test_unseen"
     with pytest.raises(EnvError, match="Unknown split 'dev'"):
         check_split("dev")
+
+
+def test_options_are_checked_against_the_constructor():
+    assert make("tests.toy_env:ToyEnv", max_steps=3).max_steps == 3
+    with pytest.raises(EnvError, match="has no option 'max_step': did you mean 'max_steps'"):
+        make("tests.toy_env:ToyEnv", max_step=3)
+    with pytest.raises(EnvError, match="env option n_tasks must be an integer, not '8'"):
+        make("tests.toy_env:ToyEnv", n_tasks="8")
+
+    def flexible(**options):  # takes any option: only the constructor can judge them
+        return ToyEnv(max_steps=options.get("steps", 5))
+
+    register("flexible-toy", flexible)
+    assert make("flexible-toy", steps=2).max_steps == 2

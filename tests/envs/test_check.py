@@ -87,3 +87,23 @@ def test_cli_play_by_hand():
     )
     assert result.exit_code == 0, result.output
     assert "The word is apple" in result.output and "reward 1.000" in result.output
+
+
+def test_cli_play_shows_env_text_literally():
+    # Rich would read "[buy now]" as a style and "[/]" as a closing tag (a MarkupError).
+    result = CliRunner().invoke(
+        app,
+        ["env", "play", "sql"],
+        input="Thought: a.\nAction: SELECT '[buy now]'\nThought: b.\nAction: SELECT \"[/]\"\n",
+    )
+    assert result.exit_code == 0, result.output
+    assert "[('[buy now]',)]" in result.output and "[('[/]',)]" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_option_of_the_wrong_type_is_one_sentence():
+    result = CliRunner().invoke(app, ["env", "play", "shop", "-o", "n_products=abc"])
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "error: env option n_products must be an integer, not 'abc' (env 'shop')."
+    )

@@ -29,8 +29,24 @@ def toy_with(**options) -> dict:
     [
         ({"env": {"name": "shopp"}}, EnvError, "Unknown env 'shopp'"),
         ({"env": {"name": "shop", "options": {"n_products": 0}}}, EnvError, "n_products must"),
-        ({"env": toy_with(colour="red")}, ConfigError, "env.options: env 'tests.toy_env:ToyEnv'"),
+        (
+            {"env": toy_with(colour="red")},
+            EnvError,
+            "env 'tests.toy_env:ToyEnv' has no option 'colour': its options are max_steps, "
+            "n_tasks.",
+        ),
+        (
+            {"env": toy_with(max_steps="many")},
+            EnvError,
+            "env option max_steps must be an integer, not 'many'",
+        ),
         ({"model": {"path": "/nowhere/model"}}, ConfigError, "is not a Hugging Face checkpoint"),
+        # A hub name: coevo loads local checkpoints, and says so without trying the network.
+        (
+            {"model": {"path": "HuggingFaceTB/SmolLM2-135M"}},
+            ConfigError,
+            "'HuggingFaceTB/SmolLM2-135M' is not a Hugging Face checkpoint directory",
+        ),
         (
             {"model": {"size": "nano", "max_length": 40}},
             ConfigError,

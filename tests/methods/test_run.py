@@ -192,8 +192,26 @@ def test_eto_starts_from_the_sft_run(tmp_path):
     assert ours == (sft_run / "stages/sft-target/model/model.safetensors").read_bytes()
     with Store(eto_run, create=False) as store:
         assert len(store.trajectories(stage="experts")) == 8
+    # Its stage lines say so (`adopted from`), not that this run did them before.
+    manifest = json.loads((eto_run / "stages/sft-target/manifest.json").read_text())
+    assert manifest["adopted_from"] == str(sft_run)
     with pytest.raises(Exception, match="other seed"):
         execute(recipe(method="eto", seed=5, init_from=str(sft_run)), tmp_path / "eto5", quiet=True)
+
+
+def test_a_finished_run_continues_with_more_iterations(tmp_path):
+    from coevo.pipeline import RunDirError
+
+    run = execute(recipe(method="eto", iterations=0), tmp_path / "run", quiet=True)
+    before = manifest_times(run)
+    execute(recipe(method="eto", iterations=1), run, quiet=True)
+    after = manifest_times(run)
+    assert all(after[name] == t for name, t in before.items())  # nothing finished was redone
+    assert {"explore-1-target", "dpo-1-target", "eval-1"} <= set(after)
+    assert yaml.safe_load((run / "config.yaml").read_text())["iterations"] == 1
+    hotter = {**FAST["explore"], "temperature": 0.5}
+    with pytest.raises(RunDirError, match=r"explore.temperature \(1.0 -> 0.5\)"):
+        execute(recipe(method="eto", iterations=1, explore=hotter), run, quiet=True)
 
 
 def test_pretrain_warms_up_the_local_model_before_sft(tmp_path):
@@ -281,3 +299,17 @@ def test_config_errors_name_themselves(tmp_path):
     )
     assert result.exit_code == 2 and "method must be one of" in result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_ctrl_c_says_how_to_go_on(tmp_path, monkeypatch):
+    from coevo.methods import runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "execute", interrupted)
+    config = tmp_path / "r.yaml"
+    config.write_text(yaml.safe_dump({**FAST, "method": "sft"}))
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 130
+    assert result.output.strip() == "interrupted; rerun the same command to resume"

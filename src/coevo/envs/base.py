@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from coevo.envs.options import OptionError, check_options
 from coevo.trajectory import Task, Turn
 
 SPLITS: tuple[str, ...] = ("train", "test_seen", "test_unseen")
@@ -169,6 +170,10 @@ def make(name: str, **options: Any) -> Env:
             )
     if isinstance(factory, str):
         factory = _load(factory)
+    try:
+        options = check_options(name, factory, options)
+    except OptionError as exc:
+        raise EnvError(str(exc)) from None
     return factory(**options)
 
 
