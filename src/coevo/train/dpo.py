@@ -44,7 +44,15 @@ from coevo.train.loop import (
 )
 from coevo.train.losses import dpo_loss
 from coevo.train.model import AgentLogps, frozen_copy, is_lora, load_model, trainable
-from coevo.train.settings import Checkpoints, Compute, Lora, Optim, check_trainer, settings_record
+from coevo.train.settings import (
+    Checkpoints,
+    Compute,
+    Lora,
+    Optim,
+    Tracking,
+    check_trainer,
+    settings_record,
+)
 
 REFERENCE_FILE = "reference_logps.json"
 
@@ -75,6 +83,8 @@ class DpoConfig:
     lora: Lora = field(default_factory=Lora)
     checkpoints: Checkpoints = field(default_factory=Checkpoints)
     compute: Compute = field(default_factory=Compute)
+    tracking: Tracking = field(default_factory=Tracking)
+    """Experiment trackers beside metrics.jsonl (`tracking.log_with: tensorboard`); off."""
 
     def validate(self) -> None:
         check_trainer(self, ("epochs", "batch_size", "grad_accum"))
@@ -107,7 +117,12 @@ def train_dpo(
     for i, e in enumerate(examples):
         check_seq(e.chosen, f"Chosen side of pair {i}")
         check_seq(e.rejected, f"Rejected side of pair {i}")
-    accelerator = make_accelerator(config.compute)
+    accelerator = make_accelerator(
+        config.compute,
+        config.tracking,
+        output_dir=output_dir,
+        settings=settings_record(config, seed),
+    )
     set_seed(seed)
 
     model = load_model(model)

@@ -36,7 +36,7 @@ from rich.progress import (
 from torch import nn
 
 from coevo.train.model import finish_model, mixed_precision, save_model
-from coevo.train.settings import Checkpoints, Compute, Optim, Schedule
+from coevo.train.settings import Checkpoints, Compute, Optim, Schedule, Tracking
 
 SCHEDULES: tuple[Schedule, ...] = ("cosine", "constant", "linear")
 STATE_FILE = "trainer_state.json"
@@ -55,14 +55,44 @@ class CheckpointError(RuntimeError):
     """The newest checkpoint failed to load part-way and no complete one is left to fall back on."""
 
 
-def make_accelerator(compute: Compute) -> Accelerator:
-    """One Accelerator per run; gradient accumulation is done by the loop (see `windows`)."""
+def make_accelerator(
+    compute: Compute,
+    tracking: Tracking | None = None,
+    *,
+    output_dir: str | Path | None = None,
+    settings: dict[str, Any] | None = None,
+) -> Accelerator:
+    """One Accelerator per run; gradient accumulation is done by the loop (see `windows`).
+
+    With `tracking.log_with`, its trackers are started on `output_dir` with `settings` (what
+    the run trains with) as the run's configuration; `CheckpointDir.log` logs every record.
+    """
+    names = tracking.names() if tracking is not None else []
     # step_scheduler_with_optimizer=False: the schedule is counted in this process's
     # optimizer steps, so it reads the same on 1 or 8 GPUs.
-    return Accelerator(
+    accelerator = Accelerator(
         mixed_precision=mixed_precision(compute.mixed_precision),
         step_scheduler_with_optimizer=False,
+        log_with=names or None,
+        project_dir=str(output_dir) if names and output_dir is not None else None,
     )
+    if names:
+        accelerator.init_trackers(tracking.project, config=flat_settings(settings or {}))
+    return accelerator
+
+
+def flat_settings(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as the flat scalars trackers take (TensorBoard's hparams):
+    {"optim": {"lr": 1e-5}} -> {"optim.lr": 1e-5}; lists and None as text."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat.update(flat_settings(value, f"{prefix}{key}."))
+        elif isinstance(value, bool | int | float | str):
+            flat[f"{prefix}{key}"] = value
+        else:
+            flat[f"{prefix}{key}"] = str(value)
+    return flat
 
 
 def make_optimizer(model: nn.Module, optim: Optim) -> torch.optim.AdamW:
@@ -242,6 +272,9 @@ class CheckpointDir:
         if self.accelerator.is_main_process:
             with self.metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
+        # To the trackers too, when the run has any (`Tracking`; without, a no-op).
+        numbers = {k: v for k, v in record.items() if isinstance(v, int | float) and k != "step"}
+        self.accelerator.log(numbers, step=record.get("step"))
 
     def due(self, every_minutes: float) -> bool:
         """True when the last checkpoint is `every_minutes` old (0: never), on every process."""
@@ -305,7 +338,7 @@ def progress_bar(accelerator: Accelerator, enabled: bool) -> Progress:
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"),
+        TextColumn("steps {task.fields[info]}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         disable=not (enabled and accelerator.is_main_process),
@@ -352,6 +385,10 @@ def finish(
     """Hand back the unwrapped model; once the run is complete, merge LoRA and save it with
     `settings` (what it trained with: `settings.settings_record`) as `train_config.json`."""
     accelerator.wait_for_everyone()
+    # Close the trackers, if any, so their files are complete (not `end_training`: it would
+    # also end the process group that a run of several stages goes on using).
+    for tracker in accelerator.trackers:
+        tracker.finish()
     model = accelerator.unwrap_model(net).model
     if step >= total_steps:
         model = finish_model(model)

@@ -105,6 +105,38 @@ class Compute:
             )
 
 
+@dataclass(frozen=True)
+class Tracking:
+    """Where a trainer's metrics go besides `metrics.jsonl`: accelerate's experiment trackers."""
+
+    log_with: str | None = None
+    """Trackers, several joined by commas: tensorboard, wandb, mlflow, comet_ml, aim, clearml,
+    dvclive, trackio, swanlab, or all (every one installed); None: metrics.jsonl only. Those
+    that write files write them into the stage's folder (tensorboard: `<stage>/<project>/`)."""
+    project: str = "coevo"
+    """The project name the trackers file the runs under."""
+
+    def names(self) -> list[str]:
+        return [n.strip() for n in (self.log_with or "").split(",") if n.strip()]
+
+    def check(self, where: str) -> None:
+        from accelerate.tracking import get_available_trackers
+        from accelerate.utils import LoggerType
+
+        known = [t.value for t in LoggerType]
+        available = {str(t) for t in get_available_trackers()}
+        for name in self.names():
+            if name not in known:
+                raise ValueError(
+                    f"{where}.log_with: unknown tracker {name!r}; use {', '.join(known)}."
+                )
+            if name != "all" and name not in available:
+                raise ValueError(
+                    f"{where}.log_with: {name} is not installed here (pip install {name}), so "
+                    "nothing would be logged to it."
+                )
+
+
 class TrainerConfig(Protocol):
     """What the shared loop helpers read from any trainer's config."""
 
@@ -125,6 +157,9 @@ def check_trainer(config: TrainerConfig, counts: tuple[str, ...]) -> None:
     config.optim.check(f"{name}.optim")
     config.checkpoints.check(f"{name}.checkpoints")
     config.compute.check(f"{name}.compute")
+    tracking = getattr(config, "tracking", None)  # a trainer without trackers has none
+    if tracking is not None:
+        tracking.check(f"{name}.tracking")
 
 
 # Where the settings of a trainer config went when they moved into the groups (old -> new),

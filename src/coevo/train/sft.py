@@ -36,7 +36,15 @@ from coevo.train.loop import (
     windows,
 )
 from coevo.train.model import AgentLogps, trainable
-from coevo.train.settings import Checkpoints, Compute, Lora, Optim, check_trainer, settings_record
+from coevo.train.settings import (
+    Checkpoints,
+    Compute,
+    Lora,
+    Optim,
+    Tracking,
+    check_trainer,
+    settings_record,
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,8 @@ class SftConfig:
     lora: Lora = field(default_factory=Lora)
     checkpoints: Checkpoints = field(default_factory=Checkpoints)
     compute: Compute = field(default_factory=Compute)
+    tracking: Tracking = field(default_factory=Tracking)
+    """Experiment trackers beside metrics.jsonl (`tracking.log_with: tensorboard`); off."""
 
     def validate(self) -> None:
         check_trainer(self, ("epochs", "batch_size", "grad_accum"))
@@ -84,7 +94,12 @@ def train_sft(
         raise ValueError("train_sft got no examples; render some trajectories first.")
     for i, e in enumerate([*examples, *eval_examples]):
         check_seq(e, f"SFT example {i}")
-    accelerator = make_accelerator(config.compute)
+    accelerator = make_accelerator(
+        config.compute,
+        config.tracking,
+        output_dir=output_dir,
+        settings=settings_record(config, seed),
+    )
     set_seed(seed)
 
     model = trainable(model, config.compute, config.lora)
