@@ -124,6 +124,9 @@ def pair_bars(rows: Sequence[tuple[str, dict[str, float]]], path: Path) -> Path:
         widths = [counts.get(kind, 0.0) for _, counts in rows]
         ax.barh(labels, widths, left=left, color=f"C{i}", label=kind)
         left = [a + b for a, b in zip(left, widths, strict=True)]
+    for y, total in enumerate(left):
+        if total == 0:  # a stage that was skipped: say so rather than leave a blank row
+            ax.text(0.5, y, "no pairs", va="center", color="grey")
     ax.invert_yaxis()
     ax.set_xlabel("pairs (mean over seeds)")
     if kinds:
@@ -151,6 +154,7 @@ def training_curves(
                 ax.text(0.5, 0.5, "(no such stage)", ha="center", va="center", color="grey")
                 continue
             ax.set_xlabel("optimizer step")
+            ax.xaxis.get_major_locator().set_params(integer=True)
             ax.grid(alpha=0.3)
             ax.legend(fontsize="x-small")
     fig.tight_layout()
