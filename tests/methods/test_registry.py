@@ -14,17 +14,31 @@ def test_an_unknown_method_names_the_known_ones():
     with pytest.raises(ConfigError, match="method must be one of 'sft', 'rft', 'eto', "):
         method("ppo")
     assert all(callable(m.loop) for m in METHODS.values())
-    assert not method("sft").explores and all(method(m).explores for m in METHODS if m != "sft")
+    samplers = [m for m in METHODS if m not in ("sft", "grpo")]  # grpo: its own settings
+    assert not method("sft").explores and all(method(m).explores for m in samplers)
 
 
 @pytest.mark.parametrize(
     ("name", "kept", "left_out"),
     [
-        ("sft", set(), {"iterations", "dpo", "explore", "analysis", "rft", "eto", "failure_agent"}),
-        ("rft", {"rft", "explore", "analysis"}, {"iterations", "dpo", "eto", "failure_agent"}),
-        ("eto", {"iterations", "dpo", "explore", "eto"}, {"rft", "failure_agent"}),
-        ("failure_agent", {"dpo", "eto", "failure_agent"}, {"rft"}),
-        ("frozen_failure", {"eto", "failure_agent"}, {"rft"}),
+        (
+            "sft",
+            set(),
+            {"iterations", "dpo", "explore", "analysis", "rft", "eto", "failure_agent", "grpo"},
+        ),
+        (
+            "rft",
+            {"rft", "explore", "analysis"},
+            {"iterations", "dpo", "eto", "failure_agent", "grpo"},
+        ),
+        ("eto", {"iterations", "dpo", "explore", "eto"}, {"rft", "failure_agent", "grpo"}),
+        ("failure_agent", {"dpo", "eto", "failure_agent"}, {"rft", "grpo"}),
+        ("frozen_failure", {"eto", "failure_agent"}, {"rft", "grpo"}),
+        (
+            "grpo",
+            {"grpo"},
+            {"iterations", "dpo", "explore", "analysis", "rft", "eto", "failure_agent"},
+        ),
     ],
 )
 def test_the_saved_recipe_keeps_the_sections_its_method_reads(name, kept, left_out):

@@ -13,15 +13,8 @@ from coevo.config import build, merge
 from coevo.envs.base import StepResult
 from coevo.methods.grpo import hf_player
 from coevo.train import grpo as grpo_module
-from coevo.train.grpo import (
-    GrpoConfig,
-    TaskOrder,
-    check_groups,
-    collate,
-    episode,
-    rollout_stats,
-    train_grpo,
-)
+from coevo.train.episodes import TaskOrder, check_groups, collate, episode, rollout_stats
+from coevo.train.grpo import GrpoConfig, train_grpo
 from coevo.train.losses import group_advantages, grpo_loss, token_logps
 from coevo.train.model import AgentLogps
 from coevo.trajectory import Task, Trajectory, Turn

@@ -24,7 +24,8 @@ from coevo.methods.training import starting_point
 from coevo.policy.base import Sampling
 from coevo.records import GrpoRecord
 from coevo.rollout import rollout
-from coevo.train.grpo import GrpoConfig, Player, copy_for_saving
+from coevo.train.episodes import Player
+from coevo.train.grpo import GrpoConfig, copy_for_saving
 from coevo.train.model import save_model
 from coevo.train.settings import settings_record
 from coevo.trajectory import Task, Trajectory

@@ -71,6 +71,8 @@ def check_lengths(config: RunConfig, env: Env, model_dir: Path | None) -> None:
     reply_limits = {"eval.max_new_tokens": config.eval.max_new_tokens}
     if method(config.method).explores:  # it samples from the model too
         reply_limits["explore.max_new_tokens"] = config.explore.max_new_tokens
+    if "grpo" in method(config.method).reads:  # GRPO's rollouts
+        reply_limits["grpo.max_new_tokens"] = config.grpo.max_new_tokens
     reply_name, reply = max(reply_limits.items(), key=lambda item: item[1])
     count, exact = prompt_counter(model_dir)
     tasks = env.tasks("train")[:TASKS_MEASURED]

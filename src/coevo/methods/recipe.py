@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 from coevo.config import ConfigError
 from coevo.envs.base import SPLITS
 from coevo.train.dpo import DpoConfig
+from coevo.train.grpo import GrpoConfig
 from coevo.train.settings import MOVED_INTO_GROUPS
 from coevo.train.sft import SftConfig
 
@@ -174,7 +175,7 @@ class RftSection:
 @dataclass
 class RunConfig:
     method: str = "failure_agent"
-    """sft, rft, eto, failure_agent, or the ablations positive_agent, frozen_failure
+    """sft, rft, eto, failure_agent, grpo, or the ablations positive_agent, frozen_failure
     (`coevo.methods.registry`)."""
     name: str | None = None
     """Row label in `coevo compare` (default: the method)."""
@@ -194,6 +195,9 @@ class RunConfig:
     dpo: DpoConfig = field(default_factory=DpoConfig)
     """DPO of every preference phase (each stage trains in its own folder, seeded from
     `seed`)."""
+    grpo: GrpoConfig = field(default_factory=GrpoConfig)
+    """GRPO of the `grpo` method: its rollouts (K samples per task, temperature), loss, and
+    the evaluation interval (`grpo.eval_every`)."""
     explore: ExploreSection = field(default_factory=ExploreSection)
     eval: EvalSection = field(default_factory=EvalSection)
     analysis: AnalysisSection = field(default_factory=AnalysisSection)
@@ -272,3 +276,12 @@ class RunConfig:
                     f"{name}.checkpoints.save_final_model must stay true in a run: each stage "
                     "hands its model on through RUN_DIR/stages/<stage>/model."
                 )
+        try:
+            self.grpo.validate()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if not self.grpo.checkpoints.resume:
+            raise ConfigError(
+                "grpo.checkpoints.resume must stay true in a run: each evaluation interval "
+                "resumes the GRPO run where the one before stopped."
+            )

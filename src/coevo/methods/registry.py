@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from coevo.config import ConfigError
 from coevo.methods.eto import run_eto
 from coevo.methods.failure_agent import run_failure_agent, run_frozen_failure, run_positive_agent
+from coevo.methods.grpo import run_grpo
 from coevo.methods.rft import run_rft
 from coevo.methods.run import Run
 from coevo.methods.sft import run_sft
@@ -32,7 +33,8 @@ class Method:
 
     @property
     def explores(self) -> bool:
-        """Whether it samples from its models (so explore.max_new_tokens must fit too)."""
+        """Whether it samples with the explore settings (so explore.max_new_tokens must fit
+        too; GRPO samples with its own, grpo.max_new_tokens)."""
         return "explore" in self.reads
 
 
@@ -43,6 +45,7 @@ METHODS: dict[str, Method] = {
     "failure_agent": Method(run_failure_agent, CO_EVOLVING),
     "positive_agent": Method(run_positive_agent, CO_EVOLVING),
     "frozen_failure": Method(run_frozen_failure, CO_EVOLVING),
+    "grpo": Method(run_grpo, ("grpo",)),
 }
 # Keys only some methods read: a run's saved recipe keeps those its method reads.
 OPTIONAL = sorted({key for method in METHODS.values() for key in method.reads})

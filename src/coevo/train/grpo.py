@@ -39,14 +39,23 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
 
-from coevo.train.batches import pad
+from coevo.train.episodes import (
+    Episode,
+    Player,
+    TaskOrder,
+    check_groups,
+    collate,
+    episode,
+    rollout_seed,
+    rollout_stats,
+)
 from coevo.train.loop import (
     CheckpointDir,
     TrainResult,
@@ -69,18 +78,7 @@ from coevo.train.model import (
     trainable,
 )
 from coevo.train.settings import Checkpoints, Compute, Lora, Optim, check_trainer, settings_record
-from coevo.trajectory import Task, Trajectory, is_success
-
-
-class Player(Protocol):
-    """Plays every task `samples` times with `model` as it is now: `samples` trajectories per
-    task, task by task (sample 0 first), each agent turn carrying the ids the policy sampled
-    and their log-probs. `seed` makes the episodes reproducible; `step` is the GRPO step
-    (1-based) they are played for."""
-
-    def __call__(
-        self, model: nn.Module, tasks: Sequence[Task], *, step: int, seed: int
-    ) -> list[Trajectory]: ...
+from coevo.trajectory import Task
 
 
 @dataclass(frozen=True)
@@ -148,22 +146,6 @@ class GrpoConfig:
                 f"GrpoConfig.temperature must be > 0: greedy samples of a task are all alike, "
                 f"got {self.temperature}."
             )
-
-
-@dataclass(frozen=True)
-class Episode:
-    """One rendered episode ready for the loss."""
-
-    input_ids: list[int]
-    action_mask: list[int]
-    """1 exactly on the ids the agent sampled."""
-    old_logps: list[float]
-    """Aligned with `input_ids`: the log-prob each agent token was sampled with, 0 elsewhere."""
-    advantage: float
-
-    @property
-    def tokens(self) -> int:
-        return sum(self.action_mask[1:])
 
 
 def train_grpo(
@@ -272,56 +254,6 @@ def train_grpo(
     return finish(accelerator, net, out, step, config.steps, settings, tokenizer)
 
 
-class TaskOrder:
-    """Which tasks each step plays: passes over the tasks, each in its own seeded order, cut
-    into steps of `per_step` (the remainder of a pass is left out of that pass)."""
-
-    def __init__(self, n_tasks: int, per_step: int, seed: int) -> None:
-        self.n, self.per_step, self.seed = n_tasks, per_step, seed
-        self.steps_per_pass = n_tasks // per_step
-
-    def step(self, step: int) -> list[int]:
-        """Task indices of GRPO step `step` (1-based)."""
-        epoch, k = divmod(step - 1, self.steps_per_pass)
-        order = list(range(self.n))
-        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
-        return order[k * self.per_step : (k + 1) * self.per_step]
-
-
-def rollout_seed(seed: int, step: int) -> int:
-    """The rollout seed of one step: every step plays fresh samples, the same after a resume."""
-    return (seed * 1_000_003 + step * 7_919) % (1 << 62)
-
-
-def check_groups(played: Sequence[Trajectory], tasks: Sequence[Task], samples: int) -> torch.Tensor:
-    """Group ids of the episodes (the index of their task), checking `play` kept its contract."""
-    expected = [(task.id, k) for task in tasks for k in range(samples)]
-    got = [(t.task.id, t.sample) for t in played]
-    if got != expected:
-        raise ValueError(
-            f"play returned {len(got)} episodes where GRPO needs {samples} of each of its "
-            f"{len(tasks)} tasks, task by task (sample 0 first); first ones: {got[:3]}."
-        )
-    return torch.arange(len(tasks)).repeat_interleave(samples)
-
-
-def episode(t: Trajectory, tokenizer: Any, advantage: float, max_length: int | None) -> Episode:
-    """Render `t` from the ids its policy sampled, with their log-probs lined up."""
-    from coevo.render import render
-
-    rendered = render(t, tokenizer, max_length=max_length)
-    logps = rendered.sampled_logprobs
-    if logps is None:
-        if any(turn.role == "assistant" for turn in t.turns):
-            raise ValueError(
-                f"An episode of task {t.task.id!r} has agent turns without the token ids and "
-                "log-probs they were sampled with: GRPO trains on those; play with a policy "
-                "that returns them (Sampling(logprobs=True))."
-            )
-        logps = [0.0] * len(rendered.input_ids)  # no reply at all: nothing to learn
-    return Episode(rendered.input_ids, rendered.action_mask, logps, advantage)
-
-
 def update(
     net: nn.Module,
     ref_net: nn.Module | None,
@@ -418,18 +350,6 @@ def add(sums: dict[str, float], key: str, value: float) -> None:
     sums[key] = sums.get(key, 0.0) + value
 
 
-def collate(episodes: Sequence[Episode], device: torch.device) -> dict[str, torch.Tensor]:
-    """A right-padded batch: ids and masks (batch, longest), old log-probs likewise, and the
-    advantages (batch,)."""
-    batch = pad(episodes)
-    old = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)  # (batch, longest)
-    for row, e in enumerate(episodes):
-        old[row, : len(e.old_logps)] = torch.tensor(e.old_logps, dtype=torch.float32)
-    batch["old_logps"] = old
-    batch["advantage"] = torch.tensor([e.advantage for e in episodes], dtype=torch.float32)
-    return {k: v.to(device) for k, v in batch.items()}
-
-
 @torch.no_grad()
 def reference(
     accelerator: Accelerator, net: Any, ref_net: Any, batch: dict[str, torch.Tensor]
@@ -445,35 +365,6 @@ def reference(
     with inner.disable_adapter() if is_lora(inner) else nullcontext():
         logps, _ = net(*args, per_token=True)
     return logps
-
-
-def rollout_stats(
-    accelerator: Accelerator,
-    played: Sequence[Trajectory],
-    rewards: torch.Tensor,
-    groups: torch.Tensor,
-    samples: int,
-) -> dict[str, float]:
-    """How the step's episodes went, over all processes: reward mean and std, success rate,
-    the share of groups without signal, steps and sampled tokens."""
-    n = global_sum(accelerator, len(played))
-    total = global_sum(accelerator, float(rewards.sum()))
-    squares = global_sum(accelerator, float((rewards**2).sum()))
-    mean = total / n
-    per_group = rewards.view(-1, samples)  # (groups, samples): check_groups ordered them
-    flat = (per_group == per_group[:, :1]).all(dim=1)
-    return {
-        "reward_mean": mean,
-        "reward_std": max(squares / n - mean**2, 0.0) ** 0.5,
-        "success_rate": global_sum(accelerator, sum(is_success(t.reward) for t in played)) / n,
-        "no_signal": global_sum(accelerator, int(flat.sum())) / (n / samples),
-        "episodes": n,
-        "mean_steps": global_sum(accelerator, sum(t.steps for t in played)) / n,
-        "sampled_tokens": global_sum(
-            accelerator,
-            sum(len(turn.token_ids or ()) for t in played for turn in t.turns),
-        ),
-    }
 
 
 def copy_for_saving(model: nn.Module) -> nn.Module:
