@@ -256,3 +256,23 @@ def test_the_session_capability_is_part_of_the_contract(nano_model_dir, tokenize
     scripted = ScriptedPolicy(tokenizer)
     assert isinstance(scripted, Policy) and not isinstance(scripted, SessionPolicy)
     assert isinstance(HFPolicy(nano_model_dir), SessionPolicy)
+
+
+def test_the_progress_bar_says_what_it_counts():
+    import io
+
+    from rich.console import Console
+
+    from coevo.rollout import _Progress
+
+    bar = _Progress("explore-1-target, tasks 1-4 of 4", 4, enabled=True)
+    try:
+        bar.done(1.0)
+        bar.done(0.0)
+        out = io.StringIO()
+        Console(file=out, width=200).print(bar.progress.get_renderable())
+    finally:
+        bar.close()
+    line = out.getvalue()
+    assert "explore-1-target, tasks 1-4 of 4" in line
+    assert "2/4 episodes, mean reward 0.500," in line and "steps/s" in line
