@@ -8,7 +8,7 @@ import yaml
 from coevo.analysis.compare import compare, read_run, to_markdown
 
 
-def fake_run(root, name, method, seed, seen, unseen, shares=None):
+def fake_run(root, name, method, seed, seen, unseen, shares=None, valid=None):
     run = root / name
     (run / "stages").mkdir(parents=True)
     (run / "config.yaml").write_text(
@@ -29,6 +29,8 @@ def fake_run(root, name, method, seed, seen, unseen, shares=None):
         "test_seen": {"reward": seen, "success": 0.0},
         "test_unseen": {"reward": unseen, "success": 0.0},
     }
+    if valid is not None:
+        splits["valid"] = {"reward": valid, "success": 0.0}
     stage("eval-2", {"kind": "eval", "iteration": 2, "splits": splits})
     if shares:
         stage("explore-1", {"kind": "explore", "iteration": 1, "outcomes": {"target": shares}})
@@ -50,6 +52,16 @@ def test_tables_by_hand(tmp_path):
     assert "| eto | 55.0 ± 7.1 | 35.0 ± 7.1 | 45.0 |" in md
     assert "| sft | 40.0 | 20.0 | 30.0 |" in md
     assert "| eto / target | 50.0 | 25.0 | 25.0 |" in md
+
+
+def test_the_validation_slice_is_not_averaged(tmp_path):
+    run = fake_run(tmp_path, "a", "sft", 0, 0.40, 0.20, valid=0.90)
+    md = to_markdown(compare([run]))
+    # test splits (40 + 20) / 2 = 30.0; with the valid column it would have been 50.0.
+    row = next(line for line in md.splitlines() if line.startswith("| sft |"))
+    assert row.split(" | ")[3].startswith("90.0")
+    assert row.endswith(" 30.0 |")
+    assert "average (test splits)" in md
 
 
 def test_not_a_run_dir(tmp_path):
