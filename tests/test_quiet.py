@@ -30,7 +30,9 @@ def test_the_libraries_say_nothing_a_user_needs(nano_model_dir, tmp_path, capfd,
 
     before = logging.getLogger(ACCELERATE_SAVE_LOGGER).level
     try:
+        # As the libraries start (an earlier `coevo run` in this process may have quietened them).
         transformers_logging.enable_progress_bar()
+        logging.getLogger(ACCELERATE_SAVE_LOGGER).setLevel(logging.NOTSET)
         loud = noise(nano_model_dir, tmp_path / "a", capfd, caplog)
         assert "Loading weights" in loud and "Removed shared tensor" in loud
         quiet_libraries()
