@@ -131,10 +131,11 @@ def rollout_stats(
         "reward_std": max(squares / n - mean**2, 0.0) ** 0.5,
         "success_rate": global_sum(accelerator, sum(is_success(t.reward) for t in played)) / n,
         "no_signal": global_sum(accelerator, int(flat.sum())) / (n / samples),
-        "episodes": n,
+        "episodes": int(n),
         "mean_steps": global_sum(accelerator, sum(t.steps for t in played)) / n,
-        "sampled_tokens": global_sum(
-            accelerator,
-            sum(len(turn.token_ids or ()) for t in played for turn in t.turns),
+        "sampled_tokens": int(
+            global_sum(
+                accelerator, sum(len(turn.token_ids or ()) for t in played for turn in t.turns)
+            )
         ),
     }
