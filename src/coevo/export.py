@@ -11,6 +11,10 @@
   both trajectories share, ending with a user message), `chosen` and `rejected` (the rest of
   each), plus our `kind`, `weight` and `sft_weight`.
 
+Whatever the format, a run that synthesized tasks (`agent_data`) also gets
+`synthesized_tasks.jsonl`: one task per line (`Task.to_dict()`) with the `stage` and `round`
+that made it and its `provenance` (signal, exploration episode), so every one can be audited.
+
 A `Selection` narrows what is written (ETO-style SFT data is usually the experts and the
 successes: `Selection(min_reward=1.0)`); `export` says, per file, how many rows it wrote.
 """
@@ -80,7 +84,7 @@ class Written:
     path: Path
     rows: int
     what: str
-    """`trajectories` or `pairs`."""
+    """`trajectories`, `pairs` or `synthesized tasks`."""
 
 
 def export(
@@ -93,6 +97,23 @@ def export(
     selection = selection or Selection()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    return _written(store, fmt, out, selection) + synthesized_tasks(store, out)
+
+
+def synthesized_tasks(store: Store, out: Path) -> list[Written]:
+    """`synthesized_tasks.jsonl` when the run synthesized tasks (none: no file)."""
+    rows = store.synthesized()
+    if not rows:
+        return []
+    lines = (
+        {**r.task.to_dict(), "stage": r.stage, "round": r.round, "provenance": r.provenance}
+        for r in rows
+    )
+    path = _write_lines(out / "synthesized_tasks.jsonl", lines)
+    return [Written(path, len(rows), "synthesized tasks")]
+
+
+def _written(store: Store, fmt: str, out: Path, selection: Selection) -> list[Written]:
     trajectories = selection.trajectories(store) if "trajectories" in WRITES[fmt] else []
     pairs = selection.pairs(store) if "pairs" in WRITES[fmt] else []
     if fmt == "jsonl":

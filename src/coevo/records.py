@@ -165,6 +165,28 @@ class GrpoRecord(_Plain):
 
 
 @dataclass(frozen=True)
+class EvolveRecord(_Plain):
+    """An agent-data round (`evolve-<round>`): the signals of its GRPO steps, the explorations
+    they steered, and the tasks that came of them."""
+
+    KIND: ClassVar[str] = "evolve"
+    round: int
+    steps: list[int] = field(default_factory=list)
+    """The GRPO steps whose rollouts gave the signals."""
+    signals: dict[str, int] = field(default_factory=dict)
+    """Signals of each kind (forgetting, boundary, rare) over the round's steps."""
+    signals_per_step: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Step -> kind -> signals."""
+    explorations: int = 0
+    candidates: int = 0
+    verified: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    """Reason (malformed, test_overlap, duplicate, unsolvable, nondeterministic) -> count."""
+    train_tasks: int = 0
+    """Synthesized tasks in the train set after the round (all rounds so far)."""
+
+
+@dataclass(frozen=True)
 class ExploreRecord(_Plain):
     """An exploration stage (`explore-<iteration>-<agent>`, RFT's sampling rounds)."""
 
@@ -191,7 +213,14 @@ class EvalRecord(_Plain):
 
 
 Record = (
-    ExpertsRecord | ModelRecord | SftRecord | DpoRecord | GrpoRecord | ExploreRecord | EvalRecord
+    ExpertsRecord
+    | ModelRecord
+    | SftRecord
+    | DpoRecord
+    | GrpoRecord
+    | EvolveRecord
+    | ExploreRecord
+    | EvalRecord
 )
 KINDS: dict[str, Any] = {
     r.KIND: r
@@ -201,6 +230,7 @@ KINDS: dict[str, Any] = {
         SftRecord,
         DpoRecord,
         GrpoRecord,
+        EvolveRecord,
         ExploreRecord,
         EvalRecord,
     )

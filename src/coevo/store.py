@@ -1,5 +1,9 @@
 """The trajectory store: one SQLite file (WAL) per run with tasks, trajectories and pairs.
 
+Tasks an `agent_data` run synthesized are in `synthesized` too, each with its provenance (the
+signal and the exploration it came from). Opening an older store adds the table (SCHEMA's
+CREATE IF NOT EXISTS); a read-only store without it has no synthesized tasks.
+
 Every `add_*` call is one transaction: a batch is either all there or not there at all, so a
 run killed at any moment (kill -9 included) loses nothing it had committed and never leaves half
 a batch. Commits are fully synchronous: they survive the process dying mid-write.
@@ -80,6 +84,16 @@ CREATE TABLE IF NOT EXISTS pairs (
     created REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS pairs_by_iteration ON pairs (iteration, kind);
+CREATE TABLE IF NOT EXISTS synthesized (
+    env TEXT NOT NULL,
+    task TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    round INTEGER NOT NULL,
+    provenance TEXT NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (env, task),
+    FOREIGN KEY (env, task) REFERENCES tasks (env, id)
+);
 """
 
 
@@ -106,6 +120,17 @@ class StoredTrajectory:
     id: int
     iteration: int
     trajectory: Trajectory
+
+
+@dataclass(frozen=True)
+class StoredSynthesized:
+    """A task an agent_data run synthesized: the stage and round that made it, and where it
+    came from (its signal, its exploration episode's row id, what the env read from it)."""
+
+    task: Task
+    stage: str
+    round: int
+    provenance: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -313,7 +338,41 @@ class Store:
                 ids.append(int(cursor.lastrowid))
             return ids
 
+    def add_synthesized(
+        self, tasks: Sequence[tuple[Task, dict[str, Any]]], *, stage: str, round: int
+    ) -> None:
+        """Store the verified tasks of `stage` with their provenance, in one transaction that
+        first drops what `stage` stored before (a stage rerun after a kill replaces its rows)."""
+        with self._guard(), self._transaction() as db:
+            db.execute("DELETE FROM synthesized WHERE stage = ?", (stage,))
+            self._insert_tasks(db, [t for t, _ in tasks])
+            now = time.time()
+            db.executemany(
+                "INSERT INTO synthesized (env, task, stage, round, provenance, created) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(t.env, t.id, stage, round, _json(p), now) for t, p in tasks],
+            )
+
     # -- reading ----------------------------------------------------------------------
+
+    def synthesized(self, *, stage: str | None = None) -> list[StoredSynthesized]:
+        """The synthesized tasks (of `stage`, or all), in the order they were stored."""
+        with self._guard():
+            known = self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'synthesized'"
+            ).fetchone()
+            if known is None:  # a read-only store from before the table
+                return []
+            sql = "SELECT env, task, stage, round, provenance FROM synthesized"
+            args: tuple[Any, ...] = ()
+            if stage is not None:
+                sql, args = sql + " WHERE stage = ?", (stage,)
+            rows = self._db.execute(sql + " ORDER BY rowid", args).fetchall()
+            tasks = self._tasks()
+        return [
+            StoredSynthesized(tasks[(env, task)], stage_, round_, json.loads(p))
+            for env, task, stage_, round_, p in rows
+        ]
 
     def _tasks(self) -> dict[tuple[str, str], Task]:
         rows = self._db.execute("SELECT env, id, split, instruction, data FROM tasks")
@@ -416,8 +475,10 @@ class Store:
         return [s.pair for s in self.stored_pairs(**filters)]
 
     def count(self, table: str = "trajectories") -> int:
-        if table not in ("tasks", "trajectories", "pairs"):
-            raise ValueError(f"Unknown table {table!r}: use tasks, trajectories or pairs.")
+        if table not in ("tasks", "trajectories", "pairs", "synthesized"):
+            raise ValueError(
+                f"Unknown table {table!r}: use tasks, trajectories, pairs or synthesized."
+            )
         with self._guard():
             return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 

@@ -102,12 +102,21 @@ def run_grpo(run: Run) -> None:
 
 
 def grpo_stage(
-    run: Run, start: StageModel, tasks: list[Task], interval: int, done: int, until: int
+    run: Run,
+    start: StageModel,
+    tasks: list[Task],
+    interval: int,
+    done: int,
+    until: int,
+    *,
+    step_tasks: Callable[[int], Sequence[Task]] | None = None,
+    more_inputs: dict[str, Any] | None = None,
 ) -> StageModel:
     """GRPO steps done + 1 ... until (stage `grpo-<interval>`), resuming the trainer's folder.
 
     Every interval starts the trainer from the SFT model (the KL reference) and its checkpoint
-    puts back the weights, optimizer and schedule of step `done`.
+    puts back the weights, optimizer and schedule of step `done`. `step_tasks` picks each
+    step's tasks (default: seeded passes over `tasks`); `more_inputs` go into the manifest.
     """
     cfg = run.config
     name = f"grpo-{interval}"
@@ -140,6 +149,7 @@ def grpo_stage(
             tokenizer=tokenizer,
             seed=cfg.seed,
             max_length=cfg.model.max_length,
+            step_tasks=step_tasks,
         )
         model = copy_for_saving(result.model)
         save_model(model, out / "model", tokenizer)
@@ -159,6 +169,7 @@ def grpo_stage(
         "start": str(start.path),
         "steps": [done + 1, until],
         "trained_with": settings_record(cfg.grpo, cfg.seed),
+        **(more_inputs or {}),
     }
     run.stage(name, stage, GrpoRecord.from_dict, inputs)
     return run.hand_on(run.dir / "stages" / name / "model", trained.get("module"))

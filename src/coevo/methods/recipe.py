@@ -172,10 +172,92 @@ class RftSection:
     """Total samples per task the hardest tasks may get (DART)."""
 
 
+SIGNAL_KINDS = ("forgetting", "boundary", "rare")
+
+
+@dataclass
+class ExplorerSection:
+    """Who reflects and explores in `agent_data`: the current agent (the default), another
+    local model (`path` or `name`), or an OpenAI-compatible server (`server`)."""
+
+    path: str | None = None
+    """A local Hugging Face checkpoint directory to explore with."""
+    name: str | None = None
+    """A pretrained model coevo can install (`coevo model get --list`) to explore with."""
+    server: str | None = None
+    """Base URL of an OpenAI-compatible API (a real deployment points it at a strong model,
+    as the paper does); its tokenizer comes from `path`, else the current agent's."""
+    server_model: str | None = None
+    """The name the server serves the explorer model under."""
+    api_key_env: str | None = None
+    """Environment variable holding the server's API key (never the key itself)."""
+    temperature: float = 0.9
+    """Sampling temperature of reflection and exploration."""
+    max_new_tokens: int = 96
+    """Longest reply per exploration step."""
+    reflect_tokens: int = 128
+    """Longest reflection (the exploration context)."""
+
+
+@dataclass
+class AgentDataSection:
+    """Agent-data co-evolution (`agent_data`): GRPO (the `grpo` section) whose rollouts yield
+    weakness signals that steer exploration; what it finds becomes verified train tasks."""
+
+    synthesis_every: int = 10
+    """GRPO steps between two rounds of signals, exploration and synthesis (the paper: 10)."""
+    signals: list[str] = field(default_factory=lambda: list(SIGNAL_KINDS))
+    """Signal kinds used: any of forgetting, boundary, rare (ablations: one alone)."""
+    random_exploration: bool = False
+    """Ablation: explore from random train tasks with no signal and no reflection."""
+    verify: bool = True
+    """Check candidates in the env (expert replays to 1.0 twice alike, no duplicate, no test
+    task); false is the ablation where every candidate joins."""
+    window: int = 4
+    """Forgetting: the last W attempts at a task that are looked at."""
+    theta: float = 5.0
+    """Rare: a pattern is rare below theta percent of a step's trajectories."""
+    mixture: float = 0.25
+    """Share of synthesized tasks in every GRPO batch once there are some."""
+    explorations: int = 8
+    """Exploration episodes per round (one per chosen signal, kinds taken in turn)."""
+    explorer: ExplorerSection = field(default_factory=ExplorerSection)
+
+    def validate(self) -> None:
+        unknown = [k for k in self.signals if k not in SIGNAL_KINDS]
+        if unknown or not self.signals:
+            raise ConfigError(
+                f"agent_data.signals must be a non-empty list of {', '.join(SIGNAL_KINDS)}, "
+                f"got {self.signals!r}."
+            )
+        for key in ("synthesis_every", "window", "explorations"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"agent_data.{key} must be >= 1, got {getattr(self, key)}.")
+        if not 0 < self.theta <= 100:
+            raise ConfigError(f"agent_data.theta must be in (0, 100], got {self.theta}.")
+        if not 0 <= self.mixture < 1:
+            raise ConfigError(
+                f"agent_data.mixture must be in [0, 1) (a share of each batch), got {self.mixture}."
+            )
+        ex = self.explorer
+        if ex.path is not None and ex.name is not None:
+            raise ConfigError("agent_data.explorer.path and .name are both set: give one.")
+        if ex.server is not None and not ex.server_model:
+            raise ConfigError(
+                "agent_data.explorer.server is set but server_model is not: give the name the "
+                "server serves the explorer model under."
+            )
+        if ex.temperature <= 0 or ex.max_new_tokens < 1 or ex.reflect_tokens < 1:
+            raise ConfigError(
+                "agent_data.explorer.temperature must be > 0 and max_new_tokens, "
+                "reflect_tokens >= 1."
+            )
+
+
 @dataclass
 class RunConfig:
     method: str = "failure_agent"
-    """sft, rft, eto, failure_agent, grpo, or the ablations positive_agent, frozen_failure
+    """sft, rft, eto, failure_agent, grpo, agent_data, or the ablations positive_agent, frozen_failure
     (`coevo.methods.registry`)."""
     name: str | None = None
     """Row label in `coevo compare` (default: the method)."""
@@ -204,6 +286,8 @@ class RunConfig:
     rft: RftSection = field(default_factory=RftSection)
     eto: EtoSection = field(default_factory=EtoSection)
     failure_agent: FailureAgentSection = field(default_factory=FailureAgentSection)
+    agent_data: AgentDataSection = field(default_factory=AgentDataSection)
+    """The agent-data co-evolution around GRPO (method `agent_data`; GRPO settings in `grpo`)."""
 
     MOVED: ClassVar[dict[str, str]] = {
         "later_lr": "eto.later_lr",
@@ -280,6 +364,7 @@ class RunConfig:
             self.grpo.validate()
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        self.agent_data.validate()
         if not self.grpo.checkpoints.resume:
             raise ConfigError(
                 "grpo.checkpoints.resume must stay true in a run: each evaluation interval "

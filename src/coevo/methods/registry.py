@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coevo.config import ConfigError
+from coevo.methods.agent_data.loop import run_agent_data
 from coevo.methods.eto import run_eto
 from coevo.methods.failure_agent import run_failure_agent, run_frozen_failure, run_positive_agent
 from coevo.methods.grpo import run_grpo
@@ -46,6 +47,7 @@ METHODS: dict[str, Method] = {
     "positive_agent": Method(run_positive_agent, CO_EVOLVING),
     "frozen_failure": Method(run_frozen_failure, CO_EVOLVING),
     "grpo": Method(run_grpo, ("grpo",)),
+    "agent_data": Method(run_agent_data, ("grpo", "agent_data")),
 }
 # Keys only some methods read: a run's saved recipe keeps those its method reads.
 OPTIONAL = sorted({key for method in METHODS.values() for key in method.reads})

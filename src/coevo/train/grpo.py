@@ -35,7 +35,7 @@ from __future__ import annotations
 import copy
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,8 +158,13 @@ def train_grpo(
     tokenizer: Any,
     seed: int = 0,
     max_length: int | None = None,
+    step_tasks: Callable[[int], Sequence[Task]] | None = None,
 ) -> TrainResult:
     """Train `model` (an HF causal LM or its directory) with GRPO on `tasks`.
+
+    `step_tasks(step)` picks a step's `tasks_per_step` tasks instead of the seeded passes over
+    `tasks` (agent_data mixes synthesized tasks into every batch); it must depend on the step
+    alone, so a resumed run plays what an unbroken one did.
 
     `tokenizer` renders the episodes (the policy's own); `max_length` is the context budget
     they are rendered with (as the rollouts were played). Checkpoints, `metrics.jsonl` and the
@@ -202,7 +207,11 @@ def train_grpo(
         task = bar.add_task("grpo", total=config.steps, completed=step, info="")
         while step < last:
             step += 1
-            chosen = [tasks[i] for i in order.step(step)]
+            chosen = (
+                list(step_tasks(step))
+                if step_tasks is not None
+                else [tasks[i] for i in order.step(step)]
+            )
             mine = chosen[accelerator.process_index :: accelerator.num_processes]
 
             started = time.perf_counter()

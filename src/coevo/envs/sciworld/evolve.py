@@ -1,0 +1,56 @@
+"""ScienceWorld's side of agent-data co-evolution: the simulator defines the goals, so an
+exploration of a weak task yields the variations of its task type nearest to it that the
+train set lacks, from the package's *train* variations only (dev and test variations are the
+test splits')."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coevo.envs.evolve import Candidate
+from coevo.envs.sciworld.manifest import task_row
+from coevo.trajectory import Task, Trajectory
+
+NEAREST = 2
+"""Variations proposed per exploration."""
+
+
+def action_pattern(env: Any, action: str) -> str:
+    """The action's verb (`open`, `focus on`, `pick up`, ...): two-word verbs kept whole."""
+    words = action.strip().lower().split()
+    if not words:
+        return ""
+    if len(words) > 1 and (words[0], words[1]) in {
+        ("focus", "on"),
+        ("pick", "up"),
+        ("look", "at"),
+        ("look", "around"),
+        ("put", "down"),
+    }:
+        return f"{words[0]} {words[1]}"
+    return words[0]
+
+
+def nearest_missing(variation: int, train: list[int], have: set[int], n: int) -> list[int]:
+    """The `n` variations of `train` closest to `variation` that `have` lacks."""
+    missing = [v for v in train if v not in have]
+    return sorted(missing, key=lambda v: (abs(v - variation), v))[:n]
+
+
+def tasks_from_exploration(env: Any, trajectory: Trajectory) -> list[Candidate]:
+    name, variation = trajectory.task.data.get("task_name"), trajectory.task.data.get("variation")
+    if not isinstance(name, str) or not isinstance(variation, int):
+        return []
+    have = {t.data["variation"] for t in env.tasks("train") if t.data["task_name"] == name}
+    train = list(env.sim.variations(name).get("train", []))
+    out = []
+    for v in nearest_missing(variation, train, have, NEAREST):
+        row = task_row(env.sim, "train", name, v)
+        data = {"task_name": name, "variation": v, "max_steps": env.types[name]["budget"]}
+        task = Task(row["id"], "sciworld", "train", row["instruction"], data)
+        out.append(Candidate(task, {"task_name": name, "variation": v, "near": variation}))
+    return out
+
+
+def task_key(env: Any, task: Task) -> str:
+    return f"{task.data.get('task_name')}-{task.data.get('variation')}"

@@ -1,0 +1,64 @@
+"""The shop's side of agent-data co-evolution: action patterns, and goals made from what an
+explorer bought (through the instruction maker the task generator uses)."""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from coevo.envs.evolve import Candidate
+from coevo.envs.shop.goals import goal_data, instruction_text, price_upper
+from coevo.envs.shop.pages import BACK, BUY, NEXT, PREV, SUB_PAGES, parse_action
+from coevo.trajectory import Task, Trajectory
+
+_ASIN = re.compile(r"^[A-Z0-9]{10}$")
+_CLICKS = {BACK: "back", NEXT: "next", PREV: "prev", BUY: "buy"}
+
+
+def action_pattern(env: Any, action: str) -> str:
+    """The verb and the kind of page element: `search`, `click:item`, `click:option`,
+    `click:next`, `click:buy`, `click:description`, ... (`invalid` when it does not parse)."""
+    act = parse_action(action)
+    if isinstance(act, str):
+        return "invalid"
+    if act.verb == "search":
+        return "search"
+    label = " ".join(act.arg.split()).lower()
+    if label in _CLICKS:
+        return f"click:{_CLICKS[label]}"
+    if label in SUB_PAGES:
+        return f"click:{label}"
+    if _ASIN.match(act.arg.strip()):
+        return "click:item"
+    return "click:option"
+
+
+def tasks_from_exploration(env: Any, trajectory: Trajectory) -> list[Candidate]:
+    """The bought product with the options the explorer chose, as a goal (none without a
+    purchase). Attributes and the price bound are drawn as the generator draws them, seeded by
+    the exploration so a rerun makes the same goal."""
+    info = trajectory.metadata.get("info") or {}
+    asin, chosen = info.get("asin"), info.get("chosen")
+    if not isinstance(asin, str) or not isinstance(chosen, dict):
+        return []
+    pid = env.catalog.id_of(asin)
+    if pid is None:
+        return []
+    product = env.catalog.product(pid)
+    groups = {str(g): str(v) for g, v in chosen.items() if any(g == n for n, _ in product.options)}
+    rng = random.Random(f"shop-synth-{trajectory.task.id}-{trajectory.sample}")
+    k = min(len(product.attributes), rng.choice((1, 2, 2, 3)))
+    attributes = rng.sample(list(product.attributes), k)
+    upper = price_upper(product.price, rng)
+    instruction = instruction_text(product.query, attributes, groups, upper, rng)
+    goal = goal_data(product, attributes, list(groups.values()), groups, upper, instruction)
+    data = {k: v for k, v in goal.items() if k != "instruction"}
+    task = Task("shop/synth", "shop", "train", instruction, data)
+    return [Candidate(task, {"asin": asin, "chosen": groups})]
+
+
+def task_key(env: Any, task: Task) -> str:
+    """A goal is its target product: strict on purpose, so no synthesized task targets a
+    product a test goal targets, whatever options either names."""
+    return f"asin:{task.data.get('asin')}"

@@ -1,0 +1,86 @@
+"""sql's side of agent-data co-evolution: statement shapes as action patterns, and tasks made
+from the queries an explorer ran (the query is the gold; the question is the explorer's own,
+written as `Task: ...` in its thought, or a template description)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from coevo.envs.evolve import Candidate, agent_actions
+from coevo.envs.sql.env import extract_sql
+from coevo.envs.sql.sandbox import lead_keyword
+from coevo.envs.sql.spider import tables_in_query
+from coevo.trajectory import Task, Trajectory
+
+_CLAUSES = (
+    ("JOIN", re.compile(r"\bjoin\b", re.I)),
+    ("WHERE", re.compile(r"\bwhere\b", re.I)),
+    ("GROUP BY", re.compile(r"\bgroup\s+by\b", re.I)),
+    ("HAVING", re.compile(r"\bhaving\b", re.I)),
+    ("ORDER BY", re.compile(r"\border\s+by\b", re.I)),
+    ("LIMIT", re.compile(r"\blimit\b", re.I)),
+    ("SUBQUERY", re.compile(r"\(\s*select\b", re.I)),
+    ("UNION", re.compile(r"\b(union|intersect|except)\b", re.I)),
+)
+_QUESTION = re.compile(r"(?:task|question)\s*:\s*(.+)", re.I | re.S)
+_MAX_QUESTION = 300
+_SHOW = re.compile(r"^(show\s+tables|desc(ribe)?\s)", re.I)
+
+
+def action_pattern(env: Any, action: str) -> str:
+    """The statement's shape: `SELECT+JOIN+GROUP BY`, `SHOW`, `DESC`, `SUBMIT`, ..."""
+    sql = extract_sql(action)
+    if sql.lower().rstrip(";").strip() == "submit":
+        return "SUBMIT"
+    if _SHOW.match(sql):
+        return sql.split()[0].upper().replace("DESCRIBE", "DESC")
+    lead = lead_keyword(sql).upper()
+    if not lead:
+        return "invalid"
+    return "+".join([lead, *(name for name, rx in _CLAUSES if rx.search(sql))])
+
+
+def question_of(thought: str) -> str | None:
+    """The explorer's `Task: ...` (or `Question: ...`) in a thought (None: it wrote none, or one unusable)."""
+    found = _QUESTION.search(thought or "")
+    if found is None:
+        return None
+    text = " ".join(found.group(1).split())
+    return text if 0 < len(text) <= _MAX_QUESTION else None
+
+
+def describe(db_id: str, sql: str) -> str:
+    """The template question of a query the explorer wrote no question for."""
+    return f"In the {db_id} database, what does this query return: {' '.join(sql.split())}"
+
+
+def tasks_from_exploration(env: Any, trajectory: Trajectory) -> list[Candidate]:
+    """Each distinct SELECT the explorer ran whose result is non-empty becomes a task; the
+    result is recomputed in the sandbox (a hostile or failing query yields no task)."""
+    db_id = trajectory.task.data.get("db_id")
+    if not isinstance(db_id, str):
+        return []
+    box = env._sandbox(db_id)
+    out: list[Candidate] = []
+    seen: set[str] = set()
+    for thought, action, _ in agent_actions(trajectory):
+        sql = extract_sql(action).strip().rstrip(";").strip()
+        if lead_keyword(sql) not in ("select", "with") or sql in seen:
+            continue
+        seen.add(sql)
+        result = box.run(sql)
+        if not result.ok or not result.rows:
+            continue
+        question = question_of(thought)
+        instruction = question or describe(db_id, sql)
+        data = {"db_id": db_id, "query": sql, "tables": tables_in_query(sql, box.tables())}
+        origin = {"query": sql, "question": "explorer" if question else "template"}
+        out.append(Candidate(Task("sql/synth", "sql", "train", instruction, data), origin))
+    return out
+
+
+def task_key(env: Any, task: Task) -> str:
+    """A task is its database and gold query (spacing and case aside)."""
+    query = " ".join(str(task.data.get("query", "")).lower().rstrip(";").split())
+    return f"{task.data.get('db_id')}|{query}"

@@ -1,0 +1,7 @@
+"""Agent-data co-evolution (CoEvolve): GRPO whose rollouts yield weakness signals that steer an
+explorer through the real environment; what it finds becomes verified training tasks.
+
+signals.py (pure functions over stored trajectories), explore.py (reflection and goal-free
+exploration through any Policy), synthesize.py (explorations -> candidate tasks), verify.py
+(the environment confirms them), loop.py (the method's stages).
+"""

@@ -1,0 +1,339 @@
+"""agent_data: GRPO whose rollouts steer exploration, and whose train set grows with what the
+explorer found (CoEvolve, papers/coevolve-agent-data-mutual-evolution.md).
+
+Stages, after the shared start (experts, model, sft-target, eval-0): the GRPO steps run in
+intervals `grpo-<i>` (their rollouts stored per step, as the `grpo` method stores them) that
+end every `agent_data.synthesis_every` and every `grpo.eval_every` steps. After an interval
+that ends a round, stage `evolve-<i>`:
+1. signals: forgetting, boundary and rare over the round's steps (history: all steps before);
+2. reflection: the explorer reads the chosen signals' trajectories, writes a context;
+3. exploration: goal-free episodes under those contexts, stored (stage `evolve-<i>`);
+4. synthesis: the env turns each exploration into candidate tasks;
+5. verification: the env confirms them; the verified ones are stored with their provenance
+   and join the train set, mixed into every later batch at `agent_data.mixture`.
+After an interval that ends at an evaluation step, `eval-<i>` as in `grpo`. Every stage
+resumes after a kill: GRPO from its checkpoints, an evolve stage from its stored explorations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from coevo.envs.base import SPLITS, Env
+from coevo.envs.evolve import action_pattern, require
+from coevo.methods import rollouts
+from coevo.methods.agent_data.explore import (
+    Seed,
+    explore,
+    pick,
+    random_seeds,
+    reflect,
+    reflection_prompt,
+)
+from coevo.methods.agent_data.signals import KINDS, Signal, step_signals
+from coevo.methods.agent_data.synthesize import synthesize
+from coevo.methods.agent_data.verify import verify
+from coevo.methods.grpo import grpo_stage, intervals
+from coevo.methods.run import VALID, Run, StageModel
+from coevo.methods.start import shared_start
+from coevo.policy.base import Policy, Sampling
+from coevo.records import EvolveRecord
+from coevo.store import StoredTrajectory
+from coevo.train.episodes import TaskOrder
+from coevo.trajectory import Task, Trajectory
+
+
+def run_agent_data(run: Run) -> None:
+    cfg = run.config
+    every, steps = cfg.agent_data.synthesis_every, cfg.grpo.steps
+    start = shared_start(run)
+    train = run.tasks("train")
+    with _env(run) as env:
+        require(env)  # before any training: an env that cannot synthesize says so now
+    ends = sorted(set(intervals(steps, cfg.grpo.eval_every)) | set(intervals(steps, every)))
+    first = round_start = 0
+    for i, until in enumerate(ends, start=1):
+        synthesized = [s.task for s in run.store.synthesized()]
+        share = cfg.agent_data.mixture
+        model = grpo_stage(
+            run,
+            start.target,
+            train + synthesized,
+            i,
+            first,
+            until,
+            step_tasks=mixture(train, synthesized, cfg.grpo.tasks_per_step, share, cfg.seed),
+            more_inputs={"synthesized_tasks": len(synthesized)},
+        )
+        if until % every == 0 and until < steps:
+            evolve_stage(run, model, i, list(range(round_start + 1, until + 1)), train)
+            round_start = until
+        if until % cfg.grpo.eval_every == 0 or until == steps:
+            rollouts.evaluate(run, model, i)
+        first = until
+
+
+class _env:
+    """An env of the run's pool, given back on exit."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def __enter__(self) -> Env:
+        self.env = self.run.pool.acquire()
+        return self.env
+
+    def __exit__(self, *_: object) -> None:
+        self.run.pool.release(self.env)
+
+
+def mixture(
+    base: Sequence[Task], synthesized: Sequence[Task], per_step: int, share: float, seed: int
+) -> Callable[[int], list[Task]] | None:
+    """Each step's tasks: `round(share * per_step)` synthesized ones (as many as there are)
+    and the rest from the original train set, each a seeded pass of its own. None (the plain
+    passes over the train set) while nothing is synthesized."""
+    n_syn = min(len(synthesized), round(share * per_step))
+    if n_syn == 0:
+        return None
+    base_order = TaskOrder(len(base), per_step - n_syn, seed)
+    syn_order = TaskOrder(len(synthesized), n_syn, seed + 1)
+
+    def pick_tasks(step: int) -> list[Task]:
+        return [base[i] for i in base_order.step(step)] + [
+            synthesized[i] for i in syn_order.step(step)
+        ]
+
+    return pick_tasks
+
+
+def test_tasks(env: Env, run: Run) -> list[Task]:
+    """Every task a synthesized one must not be: the env's whole test splits (not only the
+    evaluated slice) and the validation tasks."""
+    tests = [t for split in SPLITS if split != "train" for t in env.tasks(split)]
+    return tests + run.tasks(VALID) if run.config.env.valid_tasks else tests
+
+
+def played_steps(run: Run, until: int) -> dict[int, list[StoredTrajectory]]:
+    """The stored GRPO rollouts of steps 1 ... until, by step."""
+    out: dict[int, list[StoredTrajectory]] = {}
+    for stage in run.store.stages():
+        if stage.startswith("grpo-"):
+            for row in run.store.stored_trajectories(stage=stage):
+                if row.iteration <= until:
+                    out.setdefault(row.iteration, []).append(row)
+    return dict(sorted(out.items()))
+
+
+def explorer(run: Run, model: StageModel) -> Policy:
+    """The explorer: the recipe's other model or server, else the current agent."""
+    ex = run.config.agent_data.explorer
+    if ex.server is not None:
+        import os
+
+        from coevo.policy.server import ServerPolicy
+
+        return ServerPolicy(
+            ex.server,
+            str(ex.server_model),
+            tokenizer=ex.path or model.path,
+            name="explorer",
+            api_key=os.environ.get(ex.api_key_env) if ex.api_key_env else None,
+        )
+    if ex.path is not None or ex.name is not None:
+        from coevo.policy.hf import HFPolicy
+        from coevo.policy.models import get_model
+
+        path = ex.path or get_model(str(ex.name))
+        cfg = run.config.model
+        return HFPolicy(path, dtype=cfg.dtype, device=cfg.device, name="explorer")
+    return rollouts.policy(run, model, "explorer")
+
+
+def evolve_stage(
+    run: Run, model: StageModel, interval: int, steps: list[int], train: list[Task]
+) -> EvolveRecord:
+    """Stage `evolve-<interval>`: signals of `steps`, reflection, exploration, synthesis and
+    verification; the verified tasks go to the store with their provenance."""
+    cfg = run.config
+    ad = cfg.agent_data
+    name = f"evolve-{interval}"
+    seed = cfg.seed * 1000 + interval
+
+    def stage(out: Path) -> EvolveRecord:
+        played = played_steps(run, steps[-1])
+        explorer_policy = cache(lambda: explorer(run, model))  # loaded once, if at all
+        with _env(run) as env:
+            found, per_step = round_signals(run, env, played, steps)
+            with (out / "signals.jsonl").open("w", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in found)
+            seeds, contexts, malformed = _reflected(
+                run, explorer_policy, out, found, played, train, seed, interval
+            )
+            explorations = _explorations(run, explorer_policy, env, name, seeds, contexts, seed)
+            provenance = [
+                {"exploration": row.id, "context": c, "signal": s.signal}
+                for row, s, c in zip(explorations, seeds, contexts, strict=True)
+            ]
+            made = synthesize(
+                env, [r.trajectory for r in explorations], provenance, prefix=str(interval)
+            )
+            known = train + [s.task for s in run.store.synthesized() if s.stage != name]
+            checked = verify(env, made.candidates, known, test_tasks(env, run), enabled=ad.verify)
+        run.store.add_synthesized(
+            [(c.task, c.origin) for c in checked.accepted], stage=name, round=interval
+        )
+        rejected = dict(checked.rejected)
+        if malformed + made.malformed:
+            rejected["malformed"] = malformed + made.malformed
+        return EvolveRecord(
+            round=interval,
+            steps=steps,
+            signals={kind: sum(r["kind"] == kind for r in found) for kind in KINDS},
+            signals_per_step=per_step,
+            explorations=len(explorations),
+            candidates=len(made.candidates),
+            verified=len(checked.accepted),
+            rejected=rejected,
+            train_tasks=len(run.store.synthesized()),
+        )
+
+    inputs = {
+        "model": str(model.path),
+        "steps": [steps[0], steps[-1]],
+        "agent_data": {k: v for k, v in vars(ad).items() if k != "explorer"},
+        "explorer": vars(ad.explorer),
+        "seed": seed,
+    }
+    return run.stage(name, stage, EvolveRecord.from_dict, inputs)
+
+
+def round_signals(
+    run: Run, env: Env, played: dict[int, list[StoredTrajectory]], steps: list[int]
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, int]]]:
+    """The signals of the round's `steps` (each step's history: every step before it), as
+    records naming the step and the store rows of their trajectories; counts per step."""
+    ad = run.config.agent_data
+    pattern = action_pattern(env)
+    ordered = sorted(played)
+    found: list[dict[str, Any]] = []
+    per_step: dict[str, dict[str, int]] = {}
+    for k, step in enumerate(ordered):
+        if step not in steps:
+            continue
+        here = [r.trajectory for r in played[step]]
+        earlier = [[r.trajectory for r in played[s]] for s in ordered[:k]]
+        signals = step_signals(
+            earlier, here, pattern=pattern, window=ad.window, theta=ad.theta, kinds=ad.signals
+        )
+        per_step[str(step)] = {kind: sum(s.kind == kind for s in signals) for kind in KINDS}
+        for s in signals:
+            rows = [played[step][i].id for i in s.trajectories]
+            found.append({"step": step, **s.to_dict(), "rows": rows})
+    return found, per_step
+
+
+def _reflected(
+    run: Run,
+    explorer_policy: Callable[[], Policy],
+    out: Path,
+    found: list[dict[str, Any]],
+    played: dict[int, list[StoredTrajectory]],
+    train: list[Task],
+    seed: int,
+    interval: int,
+) -> tuple[list[Seed], list[str | None], int]:
+    """The explorations to run, their contexts, and how many reflections were malformed.
+
+    Kept in `reflections.json` in the stage folder, so a stage rerun after a kill explores
+    with the contexts it had, without asking the explorer again."""
+    ad = run.config.agent_data
+    saved = out / "reflections.json"
+    if saved.exists():
+        data = json.loads(saved.read_text())
+        seeds = [Seed(Task.from_dict(d["task"]), d["signal"], d["key"]) for d in data["seeds"]]
+        return seeds, data["contexts"], data["malformed"]
+    contexts: list[str | None]
+    if ad.random_exploration:
+        seeds = random_seeds(train, ad.explorations, seed, str(interval))
+        contexts, malformed = [None] * len(seeds), 0
+    else:
+        chosen = pick_records(found, ad.explorations)
+        by_row = {r.id: r.trajectory for rows in played.values() for r in rows}
+        texts = [
+            reflection_prompt(_signal(r, by_row), [by_row[i] for i in r["rows"]]) for r in chosen
+        ]
+        sampling = Sampling(
+            temperature=ad.explorer.temperature, max_new_tokens=ad.explorer.reflect_tokens
+        )
+        answers = (
+            reflect(
+                explorer_policy(),
+                texts,
+                sampling,
+                seed=seed,
+                max_length=run.config.model.max_length,
+            )
+            if texts
+            else []
+        )
+        kept = [(r, a) for r, a in zip(chosen, answers, strict=True) if a is not None]
+        malformed = len(chosen) - len(kept)
+        seeds = [
+            Seed(by_row[r["rows"][0]].task, r, f"{interval}-{k}") for k, (r, _) in enumerate(kept)
+        ]
+        contexts = [a for _, a in kept]
+    record = {
+        "seeds": [{"task": s.task.to_dict(), "signal": s.signal, "key": s.key} for s in seeds],
+        "contexts": contexts,
+        "malformed": malformed,
+    }
+    saved.write_text(json.dumps(record))
+    return seeds, contexts, malformed
+
+
+def _signal(record: dict[str, Any], by_row: dict[int, Trajectory]) -> Signal:
+    """A recorded signal back as a Signal over its own trajectories (indices 0, 1, ...)."""
+    task = by_row[record["rows"][0]].task
+    return Signal(record["kind"], task, tuple(range(len(record["rows"]))), record["detail"])
+
+
+def pick_records(found: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """`explore.pick` over recorded signals: up to `n`, one per task, kinds in turn."""
+    signals = [Signal(r["kind"], Task(r["task"], "", "", ""), (i,)) for i, r in enumerate(found)]
+    return [found[s.trajectories[0]] for s in pick(signals, n)]
+
+
+def _explorations(
+    run: Run,
+    explorer_policy: Callable[[], Policy],
+    env: Env,
+    name: str,
+    seeds: list[Seed],
+    contexts: list[str | None],
+    seed: int,
+) -> list[StoredTrajectory]:
+    """The round's exploration episodes, played once and stored (read back on a rerun)."""
+    stored = list(run.store.stored_trajectories(stage=name))
+    if not stored and seeds:
+        ex = run.config.agent_data.explorer
+        sampling = Sampling(temperature=ex.temperature, max_new_tokens=ex.max_new_tokens)
+        played: list[Trajectory] = explore(
+            explorer_policy(),
+            run.pool,
+            env,
+            seeds,
+            contexts,
+            sampling,
+            seed=seed,
+            max_length=run.config.model.max_length,
+            batch_size=run.config.grpo.rollout_batch_size,
+        )
+        interval = seed % 1000
+        run.store.add_trajectories(played, iteration=interval, stage=name)
+        stored = list(run.store.stored_trajectories(stage=name))
+    return stored
