@@ -2,6 +2,9 @@
 
 Task: type a given word. `type[word]` ends the episode: reward 1.0 for the word, 0.5 for a
 word with the same first letter, else 0. `look` shows the word again. Budget: 5 steps.
+
+For agent_data it synthesizes, from any exploration of a task, the task of typing that task's
+word twice over (a new word that its expert solves).
 """
 
 from __future__ import annotations
@@ -60,6 +63,13 @@ class ToyEnv:
             Turn("assistant", format_reply("I check the word.", "look")),
             Turn("assistant", format_reply("I type it.", f"type[{task.data['word']}]")),
         ]
+
+    def tasks_from_exploration(self, trajectory: Any) -> list[Any]:
+        from coevo.envs.evolve import Candidate
+
+        word = trajectory.task.data["word"] * 2
+        task = Task("toy/synth", "toy", "train", f"Type {word}.", {"word": word})
+        return [Candidate(task, {"from": trajectory.task.data["word"]})]
 
     def close(self) -> None:
         pass
