@@ -24,7 +24,7 @@ from coevo.render import render_prompt
 from coevo.rollout import rollout
 from coevo.trajectory import Task, Trajectory, Turn
 
-MAX_CONTEXT_CHARS = 600
+MAX_CONTEXT_CHARS = 300
 """A longer context is cut: it becomes the exploration episode's instruction."""
 MAX_EPISODE_CHARS = 1500
 """Each trajectory shown to the reflection, cut to this (its start and its end kept)."""
@@ -123,10 +123,31 @@ def reflect(
     if not texts:
         return []
     budget = max(1, min(max_length, policy.max_context) - sampling.max_new_tokens)
-    prompts = [render_prompt([Turn("user", t)], policy.tokenizer, max_length=budget) for t in texts]
-    seeds = [seed * 1_000_003 + i for i in range(len(texts))]
-    done = policy.generate(prompts, sampling, seeds=seeds)
-    return [parse_context(c.text) for c in done]
+    prompts = [fitted(t, policy.tokenizer, budget) for t in texts]
+    asked = [i for i, p in enumerate(prompts) if p is not None]
+    seeds = [seed * 1_000_003 + i for i in asked]
+    done = policy.generate([prompts[i] for i in asked], sampling, seeds=seeds) if asked else []
+    answers: list[str | None] = [None] * len(texts)  # a prompt that cannot fit: malformed
+    for i, completion in zip(asked, done, strict=True):
+        answers[i] = parse_context(completion.text)
+    return answers
+
+
+def fitted(text: str, tokenizer: Any, budget: int) -> list[int] | None:
+    """The prompt ids of `text` as one user message, its middle cut until it fits in
+    `budget` tokens (the task and the question at its ends are kept); None if it cannot."""
+    from coevo.render import RenderError
+
+    for _ in range(8):
+        try:
+            return render_prompt([Turn("user", text)], tokenizer, max_length=budget)
+        except RenderError:
+            if len(text) < 200:
+                return None
+            cut = len(text) // 4
+            middle = len(text) // 2
+            text = text[: middle - cut // 2] + "\n[...]\n" + text[middle + cut // 2 :]
+    return None
 
 
 def instruction(context: str | None) -> str:
