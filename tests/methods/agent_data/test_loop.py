@@ -194,3 +194,33 @@ def test_a_run_killed_mid_round_resumes_and_finishes(run_dir, tmp_path):
         made = store.synthesized()
     assert len(keys) == len(set(keys)) == 16  # step 2 replayed after the kill, stored once
     assert len(made) == evolve_record(run).verified
+
+
+def test_the_ablations_run_random_exploration_without_verification(run_dir, tmp_path):
+    """Signal-free exploration and no verification, from the first run's SFT."""
+    section = {**AGENT_DATA, "random_exploration": True, "verify": False, "signals": ["rare"]}
+    values = {**VALUES, "init_from": str(run_dir), "agent_data": section}
+    run = execute(build(RunConfig, values), tmp_path / "run", quiet=True)
+    record = evolve_record(run)
+    assert record.explorations == 3 and record.rejected == {}
+    assert record.verified == record.candidates == 3  # the toy env makes one task of each
+    with Store(run, create=False) as store:
+        assert all(r.provenance["signal"] is None for r in store.synthesized())
+        assert all(r.provenance["context"] is None for r in store.synthesized())
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "agent_data.signals=[forgetting]",
+        "agent_data.signals=[boundary]",
+        "agent_data.signals=[rare]",
+        "agent_data.verify=false",
+        "agent_data.random_exploration=true",
+    ],
+)
+def test_each_ablation_is_one_override(override):
+    from coevo.config import load
+
+    for env in ("shop", "sql", "sciworld"):
+        load(RunConfig, ROOT / f"configs/{env}/agent_data.yaml", [override]).validate()
