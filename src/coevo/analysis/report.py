@@ -82,6 +82,7 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> Path:
         _behaviour(tables["reward"], figure_dir),
         _training(runs, figure_dir),
         _pairs(runs, figure_dir),
+        _rounds(runs),
         _examples(runs),
     ]
     out.mkdir(parents=True, exist_ok=True)
@@ -341,6 +342,33 @@ def _pairs(runs: list[RunSummary], figure_dir: Path) -> str:
     return _section(
         "Preference pairs by kind", _figure(path, "pair counts") + _table(head, rows, id_="pairs")
     )
+
+
+def _rounds(runs: list[RunSummary]) -> str:
+    """agent_data's rounds: signals of each kind, explorations, candidates, verified tasks
+    and rejections by reason (nothing at all for runs of other methods)."""
+    rows = []
+    for run in runs:
+        for r in run.rounds:
+            rejected = ", ".join(f"{k} {v}" for k, v in sorted(r.rejected.items())) or "-"
+            steps = f"{r.steps[0]}-{r.steps[-1]}" if r.steps else "-"
+            signals = [r.signals.get(k, 0) for k in ("forgetting", "boundary", "rare")]
+            rows.append([
+                run.method, run.seed if run.seed is not None else "-", r.round, steps, *signals,
+                r.explorations, r.candidates, r.verified, rejected, r.train_tasks,
+            ])  # fmt: skip
+    if not rows:
+        return ""
+    head = [
+        "method", "seed", "round", "steps", "forgetting", "boundary", "rare", "explorations",
+        "candidates", "verified", "rejected", "synthesized in train",
+    ]  # fmt: skip
+    note = (
+        '<p class="note">Each round: the weakness signals of its GRPO steps, the exploration '
+        "episodes they steered, the candidate tasks synthesized from them, and those the env "
+        "verified (every signal is listed in stages/evolve-&lt;i&gt;/signals.jsonl).</p>"
+    )
+    return _section("Agent-data rounds", _table(head, rows, id_="rounds") + note)
 
 
 def _examples(runs: list[RunSummary]) -> str:

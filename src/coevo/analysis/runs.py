@@ -15,7 +15,14 @@ from typing import Any
 
 import yaml
 
-from coevo.records import DpoRecord, EpisodeStats, EvalRecord, ExploreRecord, read
+from coevo.records import (
+    DpoRecord,
+    EpisodeStats,
+    EvalRecord,
+    EvolveRecord,
+    ExploreRecord,
+    read,
+)
 
 DEFAULT_THRESHOLD = 0.6
 
@@ -62,6 +69,8 @@ class RunSummary:
     """agent -> outcome shares of each exploration."""
     explorations: list[Exploration] = field(default_factory=list)
     preferences: list[PreferenceStage] = field(default_factory=list)
+    rounds: list[EvolveRecord] = field(default_factory=list)
+    """agent_data: each round's signals, explorations and synthesized tasks."""
 
 
 def is_run(path: str | Path) -> bool:
@@ -101,6 +110,8 @@ def read_run(run_dir: str | Path) -> RunSummary:
                 summary.explorations.append(
                     Exploration(stage, record.iteration, agent, shares, episodes)
                 )
+        elif isinstance(record, EvolveRecord):
+            summary.rounds.append(record)
         elif isinstance(record, DpoRecord):
             iteration, agent = _iteration_and_agent(stage)
             summary.preferences.append(
@@ -108,6 +119,7 @@ def read_run(run_dir: str | Path) -> RunSummary:
             )
     summary.explorations.sort(key=lambda e: (e.iteration, e.agent))
     summary.preferences.sort(key=lambda p: (p.iteration, p.agent))
+    summary.rounds.sort(key=lambda r: r.round)
     return summary
 
 

@@ -224,3 +224,12 @@ def test_each_ablation_is_one_override(override):
 
     for env in ("shop", "sql", "sciworld"):
         load(RunConfig, ROOT / f"configs/{env}/agent_data.yaml", [override]).validate()
+
+
+def test_the_report_shows_each_rounds_counts(run_dir, tmp_path):
+    from coevo.analysis.report import write_report
+
+    page = write_report([run_dir], tmp_path / "report").read_text()
+    record = evolve_record(run_dir)
+    assert "Agent-data rounds" in page and 'id="rounds"' in page
+    assert f"<td>{record.signals['rare']}</td>" in page
