@@ -8,7 +8,10 @@
 - `tasks_from_exploration(trajectory) -> list[Candidate]`: the candidate tasks a recorded
   exploration yields (no default: each env knows what a task of its own is);
 - `task_key(task) -> str`: what makes two tasks the same task, for the duplicate and test
-  checks (default: the instruction's words).
+  checks (default: the instruction's words);
+- `TEXT_DEDUP` (a module constant, or an env attribute `text_dedup`): False when the key alone
+  tells tasks apart and similar instructions do not make duplicates (ScienceWorld's
+  variations differ by a word or two of a generated description).
 
 Each is looked up on the env object first (a user's env, or a method an env already has), then
 in the built-in env's module `coevo.envs.<name>.evolve` as a free function taking the env.
@@ -85,6 +88,15 @@ def tasks_from_exploration(env: Env, trajectory: Trajectory) -> list[Candidate]:
     fn = _find(env, "tasks_from_exploration")
     assert fn is not None
     return list(fn(trajectory))
+
+
+def text_dedup(env: Env) -> bool:
+    """Whether near-identical instructions count as the same task (default: yes)."""
+    value = getattr(env, "text_dedup", None)
+    if value is None and getattr(env, "name", "") in BUILT_IN:
+        module = importlib.import_module(f"coevo.envs.{env.name}.evolve")
+        value = getattr(module, "TEXT_DEDUP", None)
+    return True if value is None else bool(value)
 
 
 def task_key(env: Env, task: Task) -> str:

@@ -19,7 +19,7 @@ from tests.toy_env import ToyEnv
 def explored(env, task: Task, replies: list[str]):
     """A recorded exploration: `replies` played from `task`'s start under an exploration
     instruction, as the explorer plays them."""
-    start = exploration_task(env, task, "Explore the shop.", "t")
+    start = exploration_task(env, task, "Explore the tools.", "t")
     return replay(env, start, replies, agent="explorer")
 
 
@@ -142,6 +142,8 @@ def test_bfcl_executed_calls_become_a_task_whose_truth_they_are(bfcl_env):
     replies = [t.text for t in bfcl_env.expert(task)][:1]
     replies.append("Thought: Task: Do those steps again.\nAction: [no_such_function()]")
     exploration = explored(bfcl_env, task, replies)
+    assert task.data["turns"][0][0] not in exploration.turns[0].text  # goal-free
+    assert "Explore the tools." in exploration.turns[0].text
     (candidate,) = tasks_from_exploration(bfcl_env, exploration)
     truth = [c for calls in task.data["ground_truth"][:1] for c in calls]
     assert candidate.task.data["ground_truth"] == [candidate.origin["calls"]]

@@ -17,6 +17,13 @@ _TASK = re.compile(r"task\s*:\s*(.+)", re.I | re.S)
 _MAX_CALLS = 8
 
 
+def exploration_task(env: Any, task: Task, context: str, key: str) -> Task:
+    """The task's back-ends and tools with one user turn, the exploration context, in place
+    of its requests (the explorer never sees them); `answer[...]` ends the episode."""
+    entry = {**task.data, "turns": [[context]], "ground_truth": [[]], "missed_function": {}}
+    return Task(f"explore/{key}/{task.id}", "bfcl", "train", context, entry)
+
+
 def tasks_from_exploration(env: Any, trajectory: Trajectory) -> list[Candidate]:
     """One task from the exploration's executed calls (failed calls left out), with the
     explorer's last `Task: ...` as the user's request, or a template one."""

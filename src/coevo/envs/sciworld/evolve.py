@@ -13,6 +13,9 @@ from coevo.trajectory import Task, Trajectory
 
 NEAREST = 2
 """Variations proposed per exploration."""
+TEXT_DEDUP = False
+"""Variations of one type have near-identical descriptions (a colour, a room): the task name
+and variation alone (`task_key`) say whether two tasks are the same."""
 
 
 def action_pattern(env: Any, action: str) -> str:

@@ -2,7 +2,8 @@
 
 Checks, cheapest first, each counted when it rejects:
 - `test_overlap`: the task is a test task's (same id or key, or an instruction within the
-  duplicate threshold of one): synthesized tasks never leak into the test splits;
+  duplicate threshold of one, unless the env says its key alone decides,
+  `coevo.envs.evolve.text_dedup`): synthesized tasks never leak into the test splits;
 - `duplicate`: the same as a known task (same key) or an instruction with word-Jaccard >=
   0.8 to one (AgentEvolver's dedup), the tasks accepted just before it included;
 - `unsolvable`: its gold / expert replay does not reach reward 1.0 (or the expert refuses);
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from coevo.envs.base import Env
 from coevo.envs.episode import expert_trajectory
-from coevo.envs.evolve import Candidate, task_key
+from coevo.envs.evolve import Candidate, task_key, text_dedup
 from coevo.trajectory import Task
 
 DUPLICATE_JACCARD = 0.8
@@ -51,6 +52,7 @@ class _Known:
 
     def __init__(self, env: Env, tasks: Sequence[Task]) -> None:
         self.env = env
+        self.by_text = text_dedup(env)
         self.ids: set[str] = set()
         self.keys: set[str] = set()
         self.texts: list[frozenset[str]] = []
@@ -65,6 +67,8 @@ class _Known:
     def holds(self, task: Task) -> bool:
         if task.id in self.ids or task_key(self.env, task) in self.keys:
             return True
+        if not self.by_text:
+            return False
         w = words(task.instruction)
         return any(_similar(w, other) for other in self.texts)
 
