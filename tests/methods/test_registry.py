@@ -14,7 +14,8 @@ def test_an_unknown_method_names_the_known_ones():
     with pytest.raises(ConfigError, match="method must be one of 'sft', 'rft', 'eto', "):
         method("ppo")
     assert all(callable(m.loop) for m in METHODS.values())
-    samplers = [m for m in METHODS if m not in ("sft", "grpo")]  # grpo: its own settings
+    # grpo and agent_data sample with GRPO's own settings
+    samplers = [m for m in METHODS if m not in ("sft", "grpo", "agent_data")]
     assert not method("sft").explores and all(method(m).explores for m in samplers)
 
 
@@ -24,19 +25,47 @@ def test_an_unknown_method_names_the_known_ones():
         (
             "sft",
             set(),
-            {"iterations", "dpo", "explore", "analysis", "rft", "eto", "failure_agent", "grpo"},
+            {
+                "iterations",
+                "dpo",
+                "explore",
+                "analysis",
+                "rft",
+                "eto",
+                "failure_agent",
+                "grpo",
+                "agent_data",
+            },
         ),
         (
             "rft",
             {"rft", "explore", "analysis"},
-            {"iterations", "dpo", "eto", "failure_agent", "grpo"},
+            {"iterations", "dpo", "eto", "failure_agent", "grpo", "agent_data"},
         ),
-        ("eto", {"iterations", "dpo", "explore", "eto"}, {"rft", "failure_agent", "grpo"}),
-        ("failure_agent", {"dpo", "eto", "failure_agent"}, {"rft", "grpo"}),
-        ("frozen_failure", {"eto", "failure_agent"}, {"rft", "grpo"}),
+        (
+            "eto",
+            {"iterations", "dpo", "explore", "eto"},
+            {"rft", "failure_agent", "grpo", "agent_data"},
+        ),
+        ("failure_agent", {"dpo", "eto", "failure_agent"}, {"rft", "grpo", "agent_data"}),
+        ("frozen_failure", {"eto", "failure_agent"}, {"rft", "grpo", "agent_data"}),
         (
             "grpo",
             {"grpo"},
+            {
+                "iterations",
+                "dpo",
+                "explore",
+                "analysis",
+                "rft",
+                "eto",
+                "failure_agent",
+                "agent_data",
+            },
+        ),
+        (
+            "agent_data",
+            {"grpo", "agent_data"},
             {"iterations", "dpo", "explore", "analysis", "rft", "eto", "failure_agent"},
         ),
     ],
