@@ -18,7 +18,8 @@ resumes after a kill: GRPO from its checkpoints, an evolve stage from its stored
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -77,18 +78,14 @@ def run_agent_data(run: Run) -> None:
         first = until
 
 
-class _env:
-    """An env of the run's pool, given back on exit."""
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-
-    def __enter__(self) -> Env:
-        self.env = self.run.pool.acquire()
-        return self.env
-
-    def __exit__(self, *_: object) -> None:
-        self.run.pool.release(self.env)
+@contextmanager
+def _env(run: Run) -> Iterator[Env]:
+    """An env of the run's pool, given back after."""
+    env = run.pool.acquire()
+    try:
+        yield env
+    finally:
+        run.pool.release(env)
 
 
 def mixture(
@@ -174,7 +171,9 @@ def evolve_stage(
             seeds, contexts, malformed = _reflected(
                 run, explorer_policy, out, found, played, train, seed, interval
             )
-            explorations = _explorations(run, explorer_policy, env, name, seeds, contexts, seed)
+            explorations = _explorations(
+                run, explorer_policy, env, name, interval, seeds, contexts, seed
+            )
             provenance = [
                 {"exploration": row.id, "context": c, "signal": s.signal}
                 for row, s, c in zip(explorations, seeds, contexts, strict=True)
@@ -313,6 +312,7 @@ def _explorations(
     explorer_policy: Callable[[], Policy],
     env: Env,
     name: str,
+    interval: int,
     seeds: list[Seed],
     contexts: list[str | None],
     seed: int,
@@ -333,7 +333,6 @@ def _explorations(
             max_length=run.config.model.max_length,
             batch_size=run.config.grpo.rollout_batch_size,
         )
-        interval = seed % 1000
         run.store.add_trajectories(played, iteration=interval, stage=name)
         stored = list(run.store.stored_trajectories(stage=name))
     return stored
