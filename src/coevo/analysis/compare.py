@@ -37,7 +37,8 @@ def cell(values: list[float], episodes: int = 0, scale: float = 100.0) -> str:
 
 def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any]:
     """Tables as data: {"columns", "rows": {method: {column: [values]}}, "episodes": {method:
-    {column: n}}, "outcomes", "iterations", "behaviour", "runs", "skipped": [notes]}."""
+    {column: n}}, "outcomes", "iterations", "behaviour", "rounds" (agent_data's, per method),
+    "runs", "skipped": [notes]}."""
     if metric not in METRICS:
         raise ValueError(f"--metric must be one of {', '.join(METRICS)}, not {metric!r}.")
     runs, skipped = read_runs(list(run_dirs))
@@ -102,6 +103,11 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
             m: {c: {str(i): n for i, n in sorted(its.items())} for c, its in cols.items()}
             for m, cols in iteration_episodes.items()
         },
+        "rounds": {
+            run.method: [{"env": run.env, "seed": run.seed, **r.to_dict()} for r in run.rounds]
+            for run in runs
+            if run.rounds
+        },
         "runs": [r.path for r in runs],
         "skipped": skipped,
     }
@@ -161,6 +167,26 @@ def to_markdown(tables: dict[str, Any]) -> str:
                         f"{st.get('invalid_action_rate', 0) * 100:.1f} | "
                         f"{st.get('mean_steps', 0):.2f} |"
                     )
+    rounds = tables.get("rounds") or {}
+    if rounds:
+        lines += [
+            "",
+            "### Agent-data rounds (signals of the round's steps; tasks synthesized from them)",
+            "",
+            "| method | env | seed | round | forgetting | boundary | rare | explorations | "
+            "candidates | verified | rejected |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for method, records in rounds.items():
+            for r in records:
+                signals = " | ".join(
+                    str(r["signals"].get(k, 0)) for k in ("forgetting", "boundary", "rare")
+                )
+                rejected = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected"].items())) or "-"
+                lines.append(
+                    f"| {method} | {r['env']} | {r['seed']} | {r['round']} | {signals} | "
+                    f"{r['explorations']} | {r['candidates']} | {r['verified']} | {rejected} |"
+                )
     if tables["outcomes"]:
         envs = sorted({c.rsplit(" ", 1)[0] for cells in tables["outcomes"].values() for c in cells})
         out_columns = [f"{e} {o}" for e in envs for o in OUTCOMES]

@@ -107,8 +107,13 @@ def test_no_test_task_leaks_into_the_synthesized_tasks(run_dir):
 
 
 def test_compare_has_the_run_and_a_rerun_skips_every_stage(run_dir):
+    from coevo.analysis.compare import to_markdown
+
     tables = compare([run_dir])
     assert "agent_data" in tables["rows"]
+    (round_1,) = tables["rounds"]["agent_data"]
+    assert round_1["round"] == 1 and round_1["signals"] == evolve_record(run_dir).signals
+    assert "### Agent-data rounds" in to_markdown(tables)
     before = manifest_times(run_dir)
     execute(build(RunConfig, VALUES), run_dir, quiet=True)
     assert manifest_times(run_dir) == before
