@@ -108,7 +108,7 @@ def mixture(
     return pick_tasks
 
 
-def test_tasks(env: Env, run: Run) -> list[Task]:
+def held_out(env: Env, run: Run) -> list[Task]:
     """Every task a synthesized one must not be: the env's whole test splits (not only the
     evaluated slice) and the validation tasks."""
     tests = [t for split in SPLITS if split != "train" for t in env.tasks(split)]
@@ -182,7 +182,7 @@ def evolve_stage(
                 env, [r.trajectory for r in explorations], provenance, prefix=str(interval)
             )
             known = train + [s.task for s in run.store.synthesized() if s.stage != name]
-            checked = verify(env, made.candidates, known, test_tasks(env, run), enabled=ad.verify)
+            checked = verify(env, made.candidates, known, held_out(env, run), enabled=ad.verify)
         run.store.add_synthesized(
             [(c.task, c.origin) for c in checked.accepted], stage=name, round=interval
         )
