@@ -238,3 +238,26 @@ def test_the_report_shows_each_rounds_counts(run_dir, tmp_path):
     record = evolve_record(run_dir)
     assert "Agent-data rounds" in page and 'id="rounds"' in page
     assert f"<td>{record.signals['rare']}</td>" in page
+
+
+def test_an_evolve_stage_cut_off_resumes_from_what_it_stored(run_dir, tmp_path):
+    """The evolve stage's reflections and explorations were stored, then the process died
+    before its manifest: the rerun asks the explorer nothing and plays nothing again, and
+    records what the unbroken stage did."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    for stage in ("evolve-1", "grpo-2", "eval-2"):
+        (run / "stages" / stage / "manifest.json").unlink()
+    con = sqlite3.connect(run / "store.sqlite")
+    con.execute("DELETE FROM synthesized")
+    con.commit()
+    con.close()
+    with Store(run, create=False) as store:
+        explored = [s.id for s in store.stored_trajectories(stage="evolve-1")]
+    execute(build(RunConfig, VALUES), run, quiet=True)
+    assert evolve_record(run) == evolve_record(run_dir)
+    with Store(run, create=False) as store, Store(run_dir, create=False) as unbroken:
+        assert [s.id for s in store.stored_trajectories(stage="evolve-1")] == explored
+        assert [r.task for r in store.synthesized()] == [r.task for r in unbroken.synthesized()]
