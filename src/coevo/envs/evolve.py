@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from coevo.envs.base import Env, EnvError
+from coevo.envs.react import parse
 from coevo.trajectory import Task, Trajectory
 
 BUILT_IN = ("shop", "sql", "sciworld", "bfcl")
@@ -109,8 +110,6 @@ def task_key(env: Env, task: Task) -> str:
 def agent_actions(trajectory: Trajectory) -> list[tuple[str, str, str]]:
     """(thought, action, the observation that followed or '') of each agent turn with an
     action, in order: what the synthesis functions read an exploration from."""
-    from coevo.envs.react import parse
-
     turns = trajectory.turns
     out = []
     for i, turn in enumerate(turns):

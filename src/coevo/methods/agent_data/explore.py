@@ -20,7 +20,7 @@ from coevo.envs.evolve import exploration_task
 from coevo.envs.pool import EnvPool
 from coevo.methods.agent_data.signals import KINDS, Signal
 from coevo.policy.base import Policy, Sampling
-from coevo.render import render_prompt
+from coevo.render import RenderError, render_prompt
 from coevo.rollout import rollout
 from coevo.trajectory import Task, Trajectory, Turn
 
@@ -136,8 +136,6 @@ def reflect(
 def fitted(text: str, tokenizer: Any, budget: int) -> list[int] | None:
     """The prompt ids of `text` as one user message, its middle cut until it fits in
     `budget` tokens (the task and the question at its ends are kept); None if it cannot."""
-    from coevo.render import RenderError
-
     for _ in range(16):  # each pass drops a third: 16 take 21,000 characters below 30
         try:
             return render_prompt([Turn("user", text)], tokenizer, max_length=budget)

@@ -18,6 +18,7 @@ resumes after a kill: GRPO from its checkpoints, an evolve stage from its stored
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -130,8 +131,6 @@ def explorer(run: Run, model: StageModel) -> Policy:
     """The explorer: the recipe's other model or server, else the current agent."""
     ex = run.config.agent_data.explorer
     if ex.server is not None:
-        import os
-
         from coevo.policy.server import ServerPolicy
 
         return ServerPolicy(

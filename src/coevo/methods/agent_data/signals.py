@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from coevo.envs.react import parse
 from coevo.trajectory import Task, Trajectory
 
 PASS = 0.5
@@ -111,8 +112,6 @@ def rare(step: Sequence[Trajectory], pattern: Callable[[str], str], theta: float
 
 def patterns(t: Trajectory, pattern: Callable[[str], str]) -> list[str]:
     """The action patterns of a trajectory's agent turns, in order (empty ones dropped)."""
-    from coevo.envs.react import parse
-
     out = []
     for turn in t.turns:
         if turn.role != "assistant":
