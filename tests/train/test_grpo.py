@@ -161,6 +161,7 @@ def test_a_step_changes_every_parameter_and_generation_plays_the_updated_weights
         # Steps 2 and 3 sample from the weights the step before trained, in memory: had they
         # played the old weights, their log-probs would be far from the trainer's forward.
         assert record["sampled_logp_gap"] < 1e-5
+        assert record["context_cut"] == 0  # single-turn episodes: nothing to cut
         assert record["kl"] >= 0 and record["entropy"] > 0  # kl_coef 0.001: a reference
         assert record["episodes"] == 32 and 0 <= record["no_signal"] <= 1
         for key in ("reward_mean", "reward_std", "success_rate", "clip_fraction", "rollout_s"):
@@ -254,3 +255,25 @@ def test_episodes_without_their_sampled_ids_are_refused(nano_model_dir):
                         True, False, 1)  # fmt: skip
     with pytest.raises(ValueError, match="without the token ids and log-probs"):
         episode(played, tokenizer, 1.0, None)
+
+
+def test_an_episode_cut_by_the_context_budget_is_marked_and_left_out_of_the_gap(nano_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(nano_model_dir)
+    t = Task("x", "letters", "train", "Write.")
+
+    def reply(text: str) -> Turn:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        return Turn("assistant", text, token_ids=ids, logprobs=[-1.0] * len(ids))
+
+    turns = [Turn("user", "Write.")]
+    for k in range(6):
+        turns += [reply(f"Action: write a long answer number {k}"), Turn("user", f"Seen {k}.")]
+    played = Trajectory(t, "target", tuple(turns[:-1]), 0.5, True, False, 6)
+    whole = episode(played, tokenizer, 1.0, None)
+    cut = episode(played, tokenizer, 1.0, len(whole.input_ids) - 1)
+    assert whole.full_context and not cut.full_context
+    assert len(cut.input_ids) < len(whole.input_ids)
+    batch = collate([whole, cut], torch.device("cpu"))
+    assert batch["full_context"].tolist() == [True, False]

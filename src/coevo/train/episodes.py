@@ -43,6 +43,9 @@ class Episode:
     old_logps: list[float]
     """Aligned with `input_ids`: the log-prob each agent token was sampled with, 0 elsewhere."""
     advantage: float
+    full_context: bool = True
+    """False when the context budget (`max_length`) left turns out: the trainer then sees less
+    context than sampling did, so these sampled log-probs are not this context's."""
 
     @property
     def tokens(self) -> int:
@@ -96,18 +99,20 @@ def episode(t: Trajectory, tokenizer: Any, advantage: float, max_length: int | N
                 "that returns them (Sampling(logprobs=True))."
             )
         logps = [0.0] * len(rendered.input_ids)  # no reply at all: nothing to learn
-    return Episode(rendered.input_ids, rendered.action_mask, logps, advantage)
+    full = rendered.dropped_turns == 0
+    return Episode(rendered.input_ids, rendered.action_mask, logps, advantage, full)
 
 
 def collate(episodes: Sequence[Episode], device: torch.device) -> dict[str, torch.Tensor]:
-    """A right-padded batch: ids and masks (batch, longest), old log-probs likewise, and the
-    advantages (batch,)."""
+    """A right-padded batch: ids and masks (batch, longest), old log-probs likewise, the
+    advantages and whether each row kept its whole context (batch,)."""
     batch = pad(episodes)
     old = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)  # (batch, longest)
     for row, e in enumerate(episodes):
         old[row, : len(e.old_logps)] = torch.tensor(e.old_logps, dtype=torch.float32)
     batch["old_logps"] = old
     batch["advantage"] = torch.tensor([e.advantage for e in episodes], dtype=torch.float32)
+    batch["full_context"] = torch.tensor([e.full_context for e in episodes])
     return {k: v.to(device) for k, v in batch.items()}
 
 

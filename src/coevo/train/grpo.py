@@ -19,8 +19,8 @@ Each step reads top to bottom:
    on-policy (nothing has changed since sampling), so its ratio is taken as exactly 1 and the
    sampled log-probs are the old log-probs of every later one, where the policy has moved.
    On that first minibatch the sampled log-probs are also compared with the fresh forward
-   (`sampled_logp_gap`): a gap above float rounding means generation played other weights
-   or another precision than the trainer.
+   (`sampled_logp_gap`, over episodes that kept their whole context): a gap above float
+   rounding means generation played other weights or another precision than the trainer.
 4. log (`metrics.jsonl`), checkpoint, next step.
 
 The reference (kl_coef > 0) is the model as given, before any update: a frozen copy, or with
@@ -240,6 +240,10 @@ def train_grpo(
             record = {"step": step, "lr": lr}
             record.update(rollout_stats(accelerator, played, rewards, groups, config.samples))
             record.update(stats)
+            record["context_cut"] = (
+                global_sum(accelerator, sum(not e.full_context for e in episodes))
+                / record["episodes"]
+            )
             trained = global_sum(accelerator, sum(len(e.input_ids) for e in episodes))
             sampled = record["sampled_tokens"]
             record.update(
@@ -306,7 +310,10 @@ def update(
                     if on_policy:
                         # Nothing changed since sampling: the ratio is exactly 1.
                         old = logps.detach()
-                        diff = torch.where(mask.bool(), (logps.detach() - sampled).abs(), 0.0)
+                        # Rows whose context the budget cut were sampled with more context
+                        # than they are scored with here: their gap says nothing.
+                        same = mask.bool() & batch["full_context"][:, None]
+                        diff = torch.where(same, (logps.detach() - sampled).abs(), 0.0)
                         gap = max(gap, float(diff.max()) if diff.numel() else 0.0)
                     else:
                         old = sampled
