@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,12 @@ def test_a_run_hands_models_on_through_their_folders():
         load(RunConfig, CONFIGS[0], ["sft.checkpoints.save_final_model=false"])
     with pytest.raises(ConfigError, match="server.url or server.model is not set"):
         load(RunConfig, CONFIGS[0], ["model.backend=server"])
+
+
+def test_env_workers_without_ray_name_the_install(monkeypatch):
+    from coevo.config import ConfigError
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    with pytest.raises(ConfigError, match=r"needs Ray.*pip install 'coevo\[ray\]'"):
+        load(RunConfig, CONFIGS[0], ["rollout.workers=2"])
+    assert load(RunConfig, CONFIGS[0], ["rollout.workers=0"]).rollout.workers == 0

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from coevo.envs.pool import EnvPool
+from coevo.envs.workers import RayEnvPool
 from coevo.methods.recipe import RunConfig
 from coevo.pipeline import Pipeline
 from coevo.store import Store
@@ -56,7 +57,7 @@ class Run:
     config: RunConfig
     pipeline: Pipeline
     store: Store
-    pool: EnvPool
+    pool: EnvPool | RayEnvPool
     _held: StageModel | None = field(default=None, repr=False)
 
     @property

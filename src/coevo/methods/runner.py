@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import yaml
 from coevo.config import ConfigError, to_dict
 from coevo.envs.base import make
 from coevo.envs.pool import EnvPool
+from coevo.envs.workers import RayEnvPool
 from coevo.lock import lock_run_dir
 from coevo.methods.preflight import check_recipe
 from coevo.methods.recipe import RunConfig
@@ -38,11 +40,12 @@ EXTENDING = ("iterations", "rft.rounds")
 
 
 def recorded(config: RunConfig) -> dict[str, Any]:
-    """The recipe as its method reads it: without the keys only other methods read, and
-    without `server` unless the model is played through one."""
+    """The recipe as its method reads it: without the keys only other methods read, without
+    `server` unless the model is played through one, and without `rollout` (where the envs
+    run changes no episode)."""
     keep = set(method(config.method).reads)
     values = to_dict(config)
-    dropped = [key for key in OPTIONAL if key not in keep]
+    dropped = ["rollout", *(key for key in OPTIONAL if key not in keep)]
     if config.model.backend != "server":
         dropped.append("server")
     return {k: v for k, v in values.items() if k not in dropped}
@@ -71,7 +74,7 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
             raise RunDirError(str(exc)) from None
         # A finished stage whose trajectories are not in the store (moved aside) runs again.
         pipeline.rows = store.stage_rows
-        pool = EnvPool(lambda: make(config.env.name, **config.env.options))
+        pool = env_pool(config)
         try:
             if config.init_from:
                 adopt(Path(config.init_from), config, pipeline, store)
@@ -82,6 +85,15 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
             pool.close()
             store.close()
     return out
+
+
+def env_pool(config: RunConfig) -> EnvPool | RayEnvPool:
+    """The run's envs: in this process, or in `rollout.workers` Ray worker processes."""
+    env, rollout = config.env, config.rollout
+    factory = partial(make, env.name, **env.options)  # sent to the workers: no lambda
+    if rollout.workers:
+        return RayEnvPool(factory, rollout.workers, address=rollout.ray_address)
+    return EnvPool(factory)
 
 
 def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> None:
