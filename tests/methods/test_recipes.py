@@ -97,6 +97,10 @@ def test_a_run_hands_models_on_through_their_folders():
         load(RunConfig, CONFIGS[0], ["sft.checkpoints.save_final_model=false"])
     with pytest.raises(ConfigError, match="server.url or server.model is not set"):
         load(RunConfig, CONFIGS[0], ["model.backend=server"])
+    server = ["model.backend=server", "server.url=http://h:8000/v1", "server.model=m"]
+    with pytest.raises(ConfigError, match="dpo.lora.r trains every weight: set server.reload"):
+        load(RunConfig, CONFIGS[0], [*server, "method=eto", "sft.lora.r=8"])
+    load(RunConfig, CONFIGS[0], [*server, "method=eto", "server.reload_command=restart {model}"])
 
 
 def test_env_workers_without_ray_name_the_install(monkeypatch):

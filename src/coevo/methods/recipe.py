@@ -254,6 +254,21 @@ class RunConfig:
         },
     }
 
+    def _check_served_training(self) -> None:
+        """Without a reload command the server learns a stage's weights only as a LoRA
+        adapter: every trainer the method uses must train one."""
+        trainers = {"sft": self.sft.lora.r}
+        if self.method not in ("sft", "rft", "grpo"):
+            trainers["dpo"] = self.dpo.lora.r
+        full = [name for name, r in trainers.items() if r == 0]
+        if self.method == "grpo" or full:
+            which = ", ".join(f"{name}.lora.r" for name in full) or "grpo"
+            raise ConfigError(
+                f"model.backend is server but {which} trains every weight: set "
+                "server.reload_command (how the server loads a stage's checkpoint) or train "
+                "with LoRA (e.g. sft.lora.r=16), whose adapters coevo loads into the server."
+            )
+
     @property
     def label(self) -> str:
         return self.name or self.method
@@ -282,6 +297,8 @@ class RunConfig:
                 "model.backend is server but server.url or server.model is not set: give the "
                 "server's base URL and the name it serves the model under."
             )
+        if self.model.backend == "server" and not self.server.reload_command:
+            self._check_served_training()
         if self.rollout.workers < 0:
             raise ConfigError(f"rollout.workers must be >= 0, got {self.rollout.workers}.")
         if self.rollout.workers and importlib.util.find_spec("ray") is None:

@@ -20,15 +20,17 @@ from coevo.trajectory import Task, Trajectory
 
 def policy(run: Run, model: StageModel, name: str) -> Policy:
     """What plays `model` as agent `name`, as `model.backend` says: the checkpoint in-process
-    (the module itself when it is still in memory), or the recipe's generation server."""
+    (the module itself when it is still in memory), or the recipe's generation server, made to
+    serve `model` first (`coevo.methods.serving`)."""
     cfg = run.config.model
     if cfg.backend == "server":
+        from coevo.methods.serving import served_name
         from coevo.policy.server import ServerPolicy
 
         server = run.config.server
         return ServerPolicy(
             str(server.url),
-            str(server.model),
+            served_name(server, model.path),  # the server made to serve this model first
             tokenizer=model.path,
             name=name,
             api_key=os.environ.get(server.api_key_env) if server.api_key_env else None,

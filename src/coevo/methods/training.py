@@ -41,6 +41,7 @@ def sft(
             starting_point(start), examples, config, output_dir=out, seed=seed, tokenizer=tokenizer
         )
         trained["module"] = result.model
+        served_adapter(run, start, out)
         return sft_record(len(examples), result)
 
     inputs = {
@@ -101,6 +102,7 @@ def dpo(
             starting_point(start), examples, config, output_dir=out, seed=seed, tokenizer=tokenizer
         )
         trained["module"] = result.model
+        served_adapter(run, start, out)
         last = next((r for r in reversed(result.history) if "loss" in r), {})
         return DpoRecord(
             pairs=len(pairs),
@@ -111,6 +113,23 @@ def dpo(
 
     run.stage(stage_name, stage, DpoRecord.from_dict, inputs)
     return run.hand_on(run.dir / "stages" / stage_name / "model", trained.get("module"))
+
+
+def served_adapter(run: Run, start: StageModel, out: Path) -> None:
+    """With a generation server and LoRA, the adapter that makes the server's base model this
+    stage's model (`coevo.methods.serving`); written by the main process only."""
+    if run.config.model.backend != "server" or run.config.server.reload_command:
+        return
+    if (out / "adapter").is_dir() and is_main_process():
+        from coevo.methods.serving import stack_adapter
+
+        stack_adapter(start.path, out)
+
+
+def is_main_process() -> bool:
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
 def starting_point(start: StageModel) -> Any:
