@@ -79,3 +79,31 @@ def test_a_killed_worker_costs_only_its_live_episodes(cluster, policy, one_threa
     # Its episodes were played again on the fresh worker: the run is the one without the kill.
     assert played(remote) == played(local)
     assert not any("worker_lost" in t.metadata for t in remote)
+
+
+def test_a_run_with_env_workers_is_the_run_without(cluster, tmp_path, one_thread):
+    """Every use of the run's envs goes through the workers: tasks, expert demonstrations, the
+    nano model's corpus, evaluation."""
+    from coevo.config import build
+    from coevo.methods.recipe import RunConfig
+    from coevo.methods.runner import execute
+    from coevo.store import Store
+
+    recipe = {
+        "method": "sft",
+        "env": {"name": "tests.toy_env:ToyEnv", "options": {"n_tasks": 4}},
+        "model": {"size": "nano", "max_length": 512},
+        "sft": {"epochs": 2, "batch_size": 4, "progress": False},
+        "eval": {"max_new_tokens": 16, "batch_size": 4},
+    }
+    local = execute(build(RunConfig, recipe), tmp_path / "local", quiet=True)
+    workers = execute(
+        build(RunConfig, {**recipe, "rollout": {"workers": 2}}), tmp_path / "workers", quiet=True
+    )
+    stages = ("experts", "eval-0-test_seen", "eval-0-test_unseen")
+    with Store(local, readonly=True) as a, Store(workers, readonly=True) as b:
+        for stage in stages:
+            assert played(b.trajectories(stage=stage)) == played(a.trajectories(stage=stage))
+            assert a.trajectories(stage=stage)
+    # Where the envs ran is not part of the run: the saved recipes are the same.
+    assert (local / "config.yaml").read_text() == (workers / "config.yaml").read_text()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from coevo.analysis.outcomes import episode_stats, outcome_shares
 from coevo.methods.run import Run, StageModel
@@ -40,7 +41,8 @@ def policy(run: Run, model: StageModel, name: str) -> Policy:
         )
     from coevo.policy.hf import HFPolicy
 
-    return HFPolicy(model.path, model=model.module, dtype=cfg.dtype, device=cfg.device, name=name)
+    device = run.processes.device(cfg.device)  # under accelerate launch: this process's GPU
+    return HFPolicy(model.path, model=model.module, dtype=cfg.dtype, device=device, name=name)
 
 
 def explore(
@@ -73,9 +75,9 @@ def explore(
             agent_policy = policy(run, model, agent)
             for start in range(0, len(todo), cfg.chunk):
                 chunk = todo[start : start + cfg.chunk]
-                played = rollout(
+                played = play(
+                    run,
                     agent_policy,
-                    run.pool,
                     chunk,
                     sampling=sampling,
                     samples=samples,
@@ -86,7 +88,8 @@ def explore(
                     description=f"{name}, tasks {start + 1}-{start + len(chunk)} of {len(todo)}",
                 )
                 fresh = [t for t in played if (t.task.id, t.sample) not in done]
-                run.store.add_trajectories(fresh, iteration=iteration, stage=name)
+                if run.processes.main:
+                    run.store.add_trajectories(fresh, iteration=iteration, stage=name)
         played = run.store.trajectories(stage=name)
         stats = episode_stats(played)
         threshold = run.config.analysis.hard_negative_threshold
@@ -105,7 +108,7 @@ def explore(
         "sampling": sampling.to_dict(),
         "seed": seed,
     }
-    run.stage(name, stage, ExploreRecord.from_dict, inputs)
+    run.stage(name, stage, ExploreRecord.from_dict, inputs, everyone=True)
     return run.store.trajectories(stage=name)
 
 
@@ -122,9 +125,9 @@ def evaluate(run: Run, model: StageModel, iteration: int) -> EvalRecord:
             # A split finished before a kill is read back rather than played and stored again.
             played = run.store.trajectories(stage=name)
             if not played:
-                played = rollout(
+                played = play(
+                    run,
                     target,
-                    run.pool,
                     run.tasks(split),
                     sampling=sampling,
                     batch_size=cfg.batch_size,
@@ -133,9 +136,21 @@ def evaluate(run: Run, model: StageModel, iteration: int) -> EvalRecord:
                     max_length=run.config.model.max_length,
                     description=f"eval-{iteration} {split}",
                 )
-                run.store.add_trajectories(played, iteration=iteration, stage=name)
+                if run.processes.main:
+                    run.store.add_trajectories(played, iteration=iteration, stage=name)
             splits[split] = episode_stats(played)
         return EvalRecord(iteration, splits)
 
     inputs = {"model": str(model.path), "sampling": sampling.to_dict()}
-    return run.stage(f"eval-{iteration}", stage, EvalRecord.from_dict, inputs)
+    return run.stage(f"eval-{iteration}", stage, EvalRecord.from_dict, inputs, everyone=True)
+
+
+def play(run: Run, policy: Policy, tasks: list[Task], **settings: Any) -> list[Trajectory]:
+    """`rollout` of `tasks`; under accelerate launch each process plays its share and every
+    process gets all the episodes back, in task order (as one process would have played)."""
+    procs = run.processes
+    played = rollout(policy, run.pool, procs.share(tasks), **settings)
+    if procs.count == 1:
+        return played
+    order = {task.id: i for i, task in enumerate(tasks)}
+    return sorted(procs.gather(played), key=lambda t: (order[t.task.id], t.sample))

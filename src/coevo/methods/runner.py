@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from coevo.envs.pool import EnvPool
 from coevo.envs.workers import RayEnvPool
 from coevo.lock import lock_run_dir
 from coevo.methods.preflight import check_recipe
+from coevo.methods.processes import start
 from coevo.methods.recipe import RunConfig
 from coevo.methods.registry import OPTIONAL, method
 from coevo.methods.run import Run
@@ -61,24 +63,36 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
         import torch
 
         torch.set_num_threads(threads)
-    # Before anything is written: a second process on `out` is refused, not interleaved.
-    with lock_run_dir(out):
-        record = recorded(config)
-        pipeline = Pipeline(
-            out, record, quiet=quiet, extends=EXTENDING, defaults=to_dict(RunConfig())
+    processes = start()
+    if processes.count > 1 and config.method == "grpo":
+        raise ConfigError(
+            "method grpo does not run under accelerate launch yet (its rollouts happen inside "
+            "training); run it as one process."
         )
-        (out / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
-        try:
-            store = Store(out, label=config.label)
-        except StoreError as exc:  # a damaged store makes the directory unusable as it is
-            raise RunDirError(str(exc)) from None
+    # Before anything is written: a second run on `out` is refused, not interleaved. Under
+    # accelerate launch only the main process writes (coevo.methods.processes), and holds it.
+    with lock_run_dir(out) if processes.main else nullcontext():
+        record = recorded(config)
+        if processes.main:
+            pipeline = Pipeline(
+                out, record, quiet=quiet, extends=EXTENDING, defaults=to_dict(RunConfig())
+            )
+            (out / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+            try:
+                store = Store(out, label=config.label)
+            except StoreError as exc:  # a damaged store makes the directory unusable as it is
+                raise RunDirError(str(exc)) from None
+            if config.init_from:
+                adopt(Path(config.init_from), config, pipeline, store)
+        processes.barrier()
+        if not processes.main:  # the run's files are there now: read, never written, here
+            pipeline = Pipeline(out, record, quiet=True, defaults=to_dict(RunConfig()))
+            store = Store(out, readonly=True)
         # A finished stage whose trajectories are not in the store (moved aside) runs again.
         pipeline.rows = store.stage_rows
         pool = env_pool(config)
         try:
-            if config.init_from:
-                adopt(Path(config.init_from), config, pipeline, store)
-            loop(Run(config, pipeline, store, pool))
+            loop(Run(config, pipeline, store, pool, processes))
         except StoreError as exc:  # damage found mid-run: the same sentence, not a traceback
             raise RunDirError(str(exc)) from None
         finally:

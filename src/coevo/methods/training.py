@@ -49,7 +49,7 @@ def sft(
         "trajectories": len(trajectories),
         "trained_with": settings_record(config, seed),
     }
-    run.stage(stage_name, stage, SftRecord.from_dict, inputs)
+    run.stage(stage_name, stage, SftRecord.from_dict, inputs, everyone=True)
     return run.hand_on(run.dir / "stages" / stage_name / "model", trained.get("module"))
 
 
@@ -94,7 +94,7 @@ def dpo(
         from coevo.train.dpo import train_dpo
 
         # Stored once per stage: a rerun after a kill finds them already there.
-        if not run.store.pairs(stage=stage_name):
+        if run.processes.main and not run.store.pairs(stage=stage_name):
             run.store.add_pairs(pairs, iteration=iteration, stage=stage_name)
         tokenizer = AutoTokenizer.from_pretrained(start.path)
         examples = dpo_examples(pairs, tokenizer, max_length=run.config.model.max_length)
@@ -111,7 +111,7 @@ def dpo(
             final={k: v for k, v in last.items() if isinstance(v, int | float)},
         )
 
-    run.stage(stage_name, stage, DpoRecord.from_dict, inputs)
+    run.stage(stage_name, stage, DpoRecord.from_dict, inputs, everyone=True)
     return run.hand_on(run.dir / "stages" / stage_name / "model", trained.get("module"))
 
 
@@ -120,16 +120,10 @@ def served_adapter(run: Run, start: StageModel, out: Path) -> None:
     stage's model (`coevo.methods.serving`); written by the main process only."""
     if run.config.model.backend != "server" or run.config.server.reload_command:
         return
-    if (out / "adapter").is_dir() and is_main_process():
+    if (out / "adapter").is_dir() and run.processes.main:
         from coevo.methods.serving import stack_adapter
 
         stack_adapter(start.path, out)
-
-
-def is_main_process() -> bool:
-    import torch.distributed as dist
-
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
 def starting_point(start: StageModel) -> Any:
