@@ -31,7 +31,8 @@ def policy(run: Run, model: StageModel, name: str) -> Policy:
         server = run.config.server
         return ServerPolicy(
             str(server.url),
-            served_name(server, model.path),  # the server made to serve this model first
+            # The server made to serve this model first.
+            served_name(server, model.path, main=run.processes.main),
             tokenizer=model.path,
             name=name,
             api_key=os.environ.get(server.api_key_env) if server.api_key_env else None,

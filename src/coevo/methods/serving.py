@@ -81,35 +81,36 @@ def stack_adapter(start: Path, stage_dir: Path) -> None:
     (out / "adapter_config.json").write_text(json.dumps(config, indent=2))
 
 
-def served_name(server: Any, model_dir: Path) -> str:
+def served_name(server: Any, model_dir: Path, *, main: bool = True) -> str:
     """Make the server of `server` (the recipe's section) serve `model_dir`; the model name
-    requests must give for it."""
+    requests must give for it. Of several processes of one run (`main` False for the others),
+    only the main one runs the reload command; every one waits for the server."""
+    model_dir = model_dir.resolve()  # the server resolves paths from elsewhere
     if server.reload_command:
-        reload(server, model_dir)
+        reload(server, model_dir, run_command=main)
         return str(server.model)
     adapter = model_dir.parent / SERVED_ADAPTER
     if not adapter.is_dir():  # the base model, which the server serves from the start
         return str(server.model)
     # Named after the adapter's place, so runs sharing one server do not mix up their stages.
-    digest = hashlib.blake2b(str(adapter.resolve()).encode(), digest_size=4).hexdigest()
+    digest = hashlib.blake2b(str(adapter).encode(), digest_size=4).hexdigest()
     name = f"{model_dir.parent.name}-{digest}"
     if name not in _served(server):
-        _request(server, "/load_lora_adapter", {"lora_name": name, "lora_path": str(adapter)})
+        try:
+            _request(server, "/load_lora_adapter", {"lora_name": name, "lora_path": str(adapter)})
+        except PolicyError as exc:
+            if "already" not in str(exc):  # another process of the run loaded it first
+                raise
     return name
 
 
-def reload(server: Any, model_dir: Path) -> None:
+def reload(server: Any, model_dir: Path, *, run_command: bool = True) -> None:
     """Run the reload command for `model_dir` unless the server serves it already, then wait
     until it does."""
     if _served(server).get(str(server.model)) == str(model_dir):
         return
-    command = server.reload_command.replace("{model}", shlex.quote(str(model_dir)))
-    done = subprocess.run(command, shell=True, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise PolicyError(
-            f"server.reload_command failed (exit {done.returncode}) for {model_dir}: "
-            f"{(done.stderr or done.stdout)[-500:]}"
-        )
+    if run_command:
+        _run(server.reload_command, model_dir)
     deadline = time.monotonic() + server.reload_timeout
     while time.monotonic() < deadline:
         try:
@@ -122,6 +123,16 @@ def reload(server: Any, model_dir: Path) -> None:
         f"The server did not serve {model_dir} as {server.model!r} within "
         f"server.reload_timeout={server.reload_timeout:g}s after server.reload_command."
     )
+
+
+def _run(command: str, model_dir: Path) -> None:
+    command = command.replace("{model}", shlex.quote(str(model_dir)))
+    done = subprocess.run(command, shell=True, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise PolicyError(
+            f"server.reload_command failed (exit {done.returncode}) for {model_dir}: "
+            f"{(done.stderr or done.stdout)[-500:]}"
+        )
 
 
 def _served(server: Any) -> dict[str, str]:
