@@ -227,19 +227,20 @@ def workers_main(args: argparse.Namespace) -> None:
             started = [pool.acquire() for _ in range(min(batch, n))]
             for e in started:  # envs (each a JVM for sciworld) are started before the clock
                 pool.release(e)
+            env_s = timed_env_calls(pool)
             t0 = time.perf_counter()
             played = rollout(policy, pool, tasks, sampling=sampling, batch_size=batch, seed=0)
-            timed[way] = (time.perf_counter() - t0, played)
+            timed[way] = (time.perf_counter() - t0, played, env_s[0])
     load_after = os.getloadavg()
-    (local_s, local), (ray_s, remote) = timed.values()
+    (local_s, local, _), (ray_s, remote, _) = timed.values()
     same = [(t.turns, t.reward) for t in local] == [(t.turns, t.reward) for t in remote]
     steps = sum(t.steps for t in local)
     lines = [
-        "| way | seconds | episodes/s | env steps | steps/s |",
-        "|---|---:|---:|---:|---:|",
+        "| way | seconds | episodes/s | env steps | steps/s | waiting for envs (s) |",
+        "|---|---:|---:|---:|---:|---:|",
         *(
-            f"| {way} | {sec:.1f} | {n / sec:.3f} | {steps} | {steps / sec:.1f} |"
-            for way, (sec, _) in timed.items()
+            f"| {way} | {sec:.1f} | {n / sec:.3f} | {steps} | {steps / sec:.1f} | {env:.1f} |"
+            for way, (sec, _, env) in timed.items()
         ),
     ]
     setup = (
@@ -265,6 +266,24 @@ def workers_main(args: argparse.Namespace) -> None:
             + f"\n\nspeedup: {local_s / ray_s:.2f}\n"
         )
     print(f"speedup: {local_s / ray_s:.2f}")
+
+
+def timed_env_calls(pool) -> list[float]:
+    """Seconds the rollout spends in the pool's batched resets and steps (in-process: the envs'
+    own work; with workers: waiting for the slowest worker), summed into the returned box."""
+    box = [0.0]
+    for name in ("reset_all", "step_all"):
+        call = getattr(pool, name)
+
+        def timed(calls, call=call):
+            t0 = time.perf_counter()
+            try:
+                return call(calls)
+            finally:
+                box[0] += time.perf_counter() - t0
+
+        setattr(pool, name, timed)
+    return box
 
 
 def describe_model(model: str) -> str:
