@@ -148,7 +148,10 @@ class RayEnvPool:
         load = [sum(e.worker == w for e in self._all) for w in range(len(self._workers))]
         worker = load.index(min(load))
         slot = next(self._slots)
-        made = self._get(worker, self._workers[worker].make.remote(slot))
+        try:
+            made = self._get(worker, self._workers[worker].make.remote(slot))
+        except WorkerLost:  # it had died: its fresh replacement makes the env
+            made = self._get(worker, self._workers[worker].make.remote(slot))
         env = RemoteEnv(self, worker, slot, made)
         self._all.append(env)
         return env

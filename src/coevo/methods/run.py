@@ -108,7 +108,7 @@ class Run:
         if procs.main:
             outputs = self.pipeline.stage(name, lambda out: fn(out).to_dict(), inputs)
         elif everyone and not done:
-            fn(self.pipeline.run_dir / "stages" / name)
+            fn(self.pipeline.stage_dir(name))
         procs.barrier()  # the manifest and stored rows are written
         if not procs.main:
             outputs = self.pipeline.manifest(name)["outputs"]
