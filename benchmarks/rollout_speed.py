@@ -21,6 +21,14 @@ model is 120 times the nano's size and an untrained-for-shop reply runs to max_n
 of 15 steps takes minutes one at a time): 8 tasks, batch 8, and the model's own torch thread
 count (2 for SmolLM2-135M).
 
+    python benchmarks/rollout_speed.py --workers 2      # env workers on Ray vs in-process
+
+--workers N compares something else: the same lockstep rollout (same model, tasks, seeds) with
+the envs stepped in this process against the envs in N Ray worker processes
+(`coevo.envs.workers`), on sciworld by default (--env), whose simulator steps cost real CPU
+time. Both sides start their envs before the clock; the episodes must come out identical. Its
+figures go to the section "## Env workers" of the results file.
+
 Writes benchmarks/results/rollout_speed.md: a nano or --model DIR run rewrites the top of the
 file (its notes included, as before), a pretrained model's run only its own section,
 "## Pretrained model: NAME"; each keeps the other's. The last line printed is `speedup: N.NN`.
@@ -32,6 +40,7 @@ import argparse
 import os
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -87,7 +96,13 @@ def main() -> None:
     # takes its own measured best (PRETRAINED[name].cpu_threads).
     parser.add_argument("--threads", type=int, help="default: 1, or the pretrained model's own")
     parser.add_argument("--no-write", action="store_true", help="do not update the results file")
+    parser.add_argument("--workers", type=int, help="compare N Ray env workers with in-process")
+    parser.add_argument("--env", default="sciworld", help="the env of --workers (default sciworld)")
+    parser.add_argument("--max-steps", type=int, default=10, help="step budget with --workers")
     args = parser.parse_args()
+    if args.workers:
+        workers_main(args)
+        return
     pretrained = args.model in PRETRAINED
     small = 8 if pretrained else 64
     args.tasks = small if args.tasks is None else args.tasks
@@ -179,6 +194,96 @@ def main() -> None:
                 "re-sent every step). Goal: speedup >= 4.\n\n" + figures
             )
     print(f"speedup: {speedup:.2f}")
+
+
+def workers_main(args: argparse.Namespace) -> None:
+    """Lockstep rollouts with the envs in this process against the envs in Ray workers."""
+    from coevo.envs.workers import RayEnvPool
+
+    torch.set_num_threads(args.threads or 1)
+    options = {"max_steps": args.max_steps}
+    factory = partial(make, args.env, **options)
+    env = factory()
+    n = args.tasks or 16
+    batch = args.batch_size or n
+    tasks = env.tasks("train")[:n]
+    with tempfile.TemporaryDirectory() as tmp:
+        from coevo.policy.tiny import init_model
+
+        model_dir = Path(tmp) / "nano"
+        # Its tokenizer learns the shop corpus: sciworld's corpus stops at a task whose gold
+        # path is excluded, and a random model writes no valid action either way.
+        init_model(make("shop"), "nano", model_dir, seed=0)
+        policy = HFPolicy(model_dir, dtype="float32", device="cpu")
+    env.close()
+    sampling = Sampling(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    load_before = os.getloadavg()
+    timed = {}
+    for way, pool in (
+        ("in-process", EnvPool(factory)),
+        (f"{args.workers} Ray workers", RayEnvPool(factory, args.workers)),
+    ):
+        with pool:
+            started = [pool.acquire() for _ in range(min(batch, n))]
+            for e in started:  # envs (each a JVM for sciworld) are started before the clock
+                pool.release(e)
+            env_s = timed_env_calls(pool)
+            t0 = time.perf_counter()
+            played = rollout(policy, pool, tasks, sampling=sampling, batch_size=batch, seed=0)
+            timed[way] = (time.perf_counter() - t0, played, env_s[0])
+    load_after = os.getloadavg()
+    (local_s, local, _), (ray_s, remote, _) = timed.values()
+    same = [(t.turns, t.reward) for t in local] == [(t.turns, t.reward) for t in remote]
+    steps = sum(t.steps for t in local)
+    lines = [
+        "| way | seconds | episodes/s | env steps | steps/s | waiting for envs (s) |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(
+            f"| {way} | {sec:.1f} | {n / sec:.3f} | {steps} | {steps / sec:.1f} | {env:.1f} |"
+            for way, (sec, _, env) in timed.items()
+        ),
+    ]
+    setup = (
+        f"{n} {args.env} train tasks (max {args.max_steps} steps), a random-init nano model "
+        "(tokenizer of the shop corpus), "
+        f"float32 on CPU, {args.threads or 1} torch threads; temperature {args.temperature}, "
+        f"max_new_tokens {args.max_new_tokens}; lockstep batch size {batch}"
+    )
+    machine = (
+        f"{describe()}; load average (1 min) {load_before[0]:.2f} before the timed runs, "
+        f"{load_after[0]:.2f} after"
+    )
+    print(setup, machine, *lines, f"identical episodes: {same}", sep="\n")
+    if not args.no_write:
+        write_section(
+            "## Env workers\n\n"
+            f"`python benchmarks/rollout_speed.py --workers {args.workers}`: the same lockstep "
+            "rollout with the envs stepped in this process against the envs in Ray worker "
+            "processes (`rollout.workers`).\n\n"
+            f"- setup: {setup}\n- machine: {machine}\n- measured: "
+            f"{time.strftime('%Y-%m-%d %H:%M')}\n- identical episodes: {same}\n\n"
+            + "\n".join(lines)
+            + f"\n\nspeedup: {local_s / ray_s:.2f}\n"
+        )
+    print(f"speedup: {local_s / ray_s:.2f}")
+
+
+def timed_env_calls(pool) -> list[float]:
+    """Seconds the rollout spends in the pool's batched resets and steps (in-process: the envs'
+    own work; with workers: waiting for the slowest worker), summed into the returned box."""
+    box = [0.0]
+    for name in ("reset_all", "step_all"):
+        call = getattr(pool, name)
+
+        def timed(calls, call=call):
+            t0 = time.perf_counter()
+            try:
+                return call(calls)
+            finally:
+                box[0] += time.perf_counter() - t0
+
+        setattr(pool, name, timed)
+    return box
 
 
 def describe_model(model: str) -> str:

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from coevo.envs.episode import replay
-from coevo.envs.pool import EnvPool
+from coevo.envs.pool import EnvPool, WorkerLost, attempt
 from coevo.policy.base import Completion, Sampling
 from coevo.rollout import episode_seed, rollout
 from tests.toy_env import ToyEnv
@@ -109,6 +109,55 @@ def test_pool_is_reused_across_rollouts_and_drops_a_crashed_env(tokenizer):
     assert all(t.truncated and t.reward == 0 for t in crashed)
     assert "simulator died" in crashed[0].metadata["env_error"]
     assert sum(1 for t in first if t.reward == 1.0) == len(tasks) - 1
+
+
+class LosingPool(EnvPool):
+    """A pool whose "worker" dies under the env of `word` on its `at`-th step, `times` times:
+    the rollout sees WorkerLost there, as from a Ray worker whose process was killed."""
+
+    def __init__(self, word: str, at: int, times: int) -> None:
+        super().__init__(ToyEnv)
+        self.word, self.at, self.times = word, at, times
+        self.steps: dict[int, int] = {}
+
+    def step_all(self, calls):
+        out = []
+        for env, action in calls:
+            self.steps[id(env)] = self.steps.get(id(env), 0) + 1
+            if (
+                env._task.data["word"] == self.word
+                and self.steps[id(env)] == self.at
+                and self.times
+            ):
+                self.times -= 1
+                self.discard(env)  # it went with its worker
+                out.append(WorkerLost("env worker 0 died"))
+            else:
+                out.append(attempt(env.step, action))
+        return out
+
+    def reset_all(self, calls):
+        for env, _, _ in calls:
+            self.steps[id(env)] = 0
+        return super().reset_all(calls)
+
+
+@pytest.mark.parametrize("deaths", [1, 2])
+def test_an_episode_a_dead_worker_took_is_played_again_once_else_marked(tokenizer, deaths):
+    tasks = ToyEnv().tasks("train")
+    policy = ScriptedPolicy(tokenizer)
+    expected = rollout(policy, ToyEnv, tasks, batch_size=3, progress=False)
+    with LosingPool("damson", at=2, times=deaths) as pool:  # damson looks 3 times, then types
+        got = rollout(policy, pool, tasks, batch_size=3, progress=False)
+    assert [(t.task.id, t.sample) for t in got] == [(t.task.id, t.sample) for t in expected]
+    same = [(t.turns, t.reward) for t in got if t.task.data["word"] != "damson"]
+    assert same == [(t.turns, t.reward) for t in expected if t.task.data["word"] != "damson"]
+    (lost,) = [t for t in got if t.task.data["word"] == "damson"]
+    if deaths == 1:  # replayed from the start: the episode it would have been
+        assert (lost.turns, lost.reward) == (expected[3].turns, expected[3].reward)
+        assert "worker_lost" not in lost.metadata
+    else:
+        assert lost.metadata["worker_lost"] and lost.truncated and lost.reward == 0
 
 
 def test_context_overflow_ends_the_episode_with_a_note(tokenizer):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -297,7 +298,8 @@ def run_command(
         fail(str(exc))
     except KeyboardInterrupt:
         interrupted()
-    _print_tables([out])
+    if os.environ.get("RANK", "0") == "0":  # under accelerate launch: the main process alone
+        _print_tables([out])
 
 
 def interrupted() -> None:

@@ -11,6 +11,12 @@ sessions (a `SessionPolicy`, such as HFPolicy) keeps each episode's key/value ca
 tokens rather than the whole conversation again. Every episode has its own seed (from the
 rollout seed, the task id and the sample index) and every generation step its own derived
 seed, so a sampled episode does not depend on which others share its batch.
+
+Envs are reset and stepped a batch at a time through the pool (`reset_all`, `step_all`): one
+after another in this process, or spread over Ray worker processes that step their shares in
+parallel (`coevo.envs.workers`). An episode whose worker process died is played again from its
+start, once (its seeds make it the same episode); lost a second time, it ends, marked
+`worker_lost`, and the rollout goes on.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from typing import Any
 
 from coevo.envs.base import Env, StepResult
 from coevo.envs.episode import observation_message, opening_message
-from coevo.envs.pool import EnvPool
+from coevo.envs.pool import EnvPool, WorkerLost
 from coevo.envs.react import parse
+from coevo.envs.workers import RayEnvPool
 from coevo.policy.base import Completion, Policy, Sampling, SessionPolicy
 from coevo.render import ContextTooLongError, Conversation
 from coevo.trajectory import Task, Trajectory, Turn
@@ -56,6 +63,8 @@ class _Episode:
     truncated_by_lengths: int = 0
     format_errors: int = 0
     invalid_actions: int = 0
+    retried: bool = False
+    """Played again after its env worker died."""
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
@@ -92,8 +101,10 @@ def rollout(
             f"max_new_tokens={sampling.max_new_tokens} leaves no room for a prompt in a "
             f"context of {limit} tokens: lower max_new_tokens or raise max_length."
         )
-    pool = envs if isinstance(envs, EnvPool) else EnvPool(envs)
-    queue = deque((task, k) for task in tasks for k in range(samples))
+    pool = envs if isinstance(envs, EnvPool | RayEnvPool) else EnvPool(envs)
+    # (task, sample, result index, retried): an episode a dead env worker took is queued again
+    # once, at the front, and replays the same way (its seeds depend on nothing else).
+    queue = deque((task, k, i, False) for i, (task, k) in enumerate(_episodes(tasks, samples)))
     total = len(queue)
     results: list[Trajectory | None] = [None] * total
     live: list[_Episode] = []
@@ -103,12 +114,10 @@ def rollout(
     sessions = policy if cache and isinstance(policy, SessionPolicy) else None
     token = object()  # session keys unique to this call, even when rollouts share a policy
     try:
-        next_index = 0
         while queue or live:
-            while queue and len(live) < batch_size:
-                task, k = queue.popleft()
-                live.append(_start(pool, policy.tokenizer, task, k, next_index, seed))
-                next_index += 1
+            joining = [queue.popleft() for _ in range(min(len(queue), batch_size - len(live)))]
+            started, lost = _start(pool, policy.tokenizer, joining, seed)
+            live.extend(started)
             prompts, waiting, finished = [], [], []
             for ep in live:
                 try:
@@ -127,18 +136,33 @@ def rollout(
                 completions = policy.generate(prompts, sampling, seeds=seeds)
             for ep, completion in zip(waiting, completions, strict=True):
                 ep.truncated_by_lengths += completion.finish_reason == "length"
-                if _advance(pool, ep, completion):
+                ep.conversation.append(_agent_turn(completion))
+                ep.steps += 1
+            outcomes = pool.step_all(
+                [(ep.env, c.text) for ep, c in zip(waiting, completions, strict=True)]
+            )
+            for ep, completion, outcome in zip(waiting, completions, outcomes, strict=True):
+                if isinstance(outcome, WorkerLost):
+                    lost.append(ep)
+                elif _advance(pool, ep, completion.text, outcome):
                     finished.append(ep)
             bar.steps(len(waiting))
+            for ep in lost:  # its worker died: played again once, else ended and marked
+                if ep.retried:
+                    ep.metadata["worker_lost"] = "its env worker died twice"
+                    finished.append(ep)
+                else:
+                    queue.appendleft((ep.task, ep.sample, ep.index, True))
             for ep in finished:
                 results[ep.index] = _trajectory(ep, agent, meta)
-                if "env_error" not in ep.metadata:
+                if not {"env_error", "worker_lost"} & ep.metadata.keys():
                     pool.release(ep.env)
                 bar.done(results[ep.index].reward)
-            gone = {id(ep) for ep in finished}
+            gone = {id(ep) for ep in finished + lost}
             live = [ep for ep in live if id(ep) not in gone]
-            if sessions is not None and finished:
-                sessions.end_sessions([(token, ep.index) for ep in finished])
+            ended = [(token, ep.index) for ep in finished + lost]
+            if sessions is not None and ended:
+                sessions.end_sessions(ended)
     finally:
         bar.close()
         if sessions is not None:
@@ -150,19 +174,43 @@ def rollout(
     return [t for t in results if t is not None]
 
 
+def _episodes(tasks: Sequence[Task], samples: int) -> list[tuple[Task, int]]:
+    return [(task, k) for task in tasks for k in range(samples)]
+
+
 def _start(
-    pool: EnvPool, tokenizer: Any, task: Task, sample: int, index: int, seed: int
-) -> _Episode:
-    env = pool.acquire()
-    ep_seed = episode_seed(seed, task.id, sample)
-    try:
-        observation, _ = env.reset(task, seed=ep_seed)
-    except Exception:
-        pool.discard(env)
-        raise
-    conversation = Conversation(tokenizer)
-    conversation.append(Turn("user", opening_message(env, observation)))
-    return _Episode(index, task, sample, ep_seed, env, conversation)
+    pool: EnvPool | RayEnvPool,
+    tokenizer: Any,
+    joining: list[tuple[Task, int, int, bool]],
+    seed: int,
+) -> tuple[list[_Episode], list[_Episode]]:
+    """Reset an env for each joining episode, all at once: (started, lost with a worker)."""
+    if not joining:
+        return [], []
+    envs = [pool.acquire() for _ in joining]
+    seeds = [episode_seed(seed, task.id, k) for task, k, _, _ in joining]
+    calls = [(env, j[0], s) for env, j, s in zip(envs, joining, seeds, strict=True)]
+    outcomes = pool.reset_all(calls)
+    started, lost = [], []
+    failed: BaseException | None = None
+    for env, (task, k, index, retried), ep_seed, outcome in zip(
+        envs, joining, seeds, outcomes, strict=True
+    ):
+        conversation = Conversation(tokenizer)
+        ep = _Episode(index, task, k, ep_seed, env, conversation, retried=retried)
+        if isinstance(outcome, WorkerLost):
+            lost.append(ep)
+        elif isinstance(outcome, BaseException):
+            pool.discard(env)
+            failed = failed or outcome
+        else:
+            conversation.append(Turn("user", opening_message(env, outcome[0])))
+            started.append(ep)
+    if failed is not None:  # a reset that raises is a broken env or task: the rollout stops
+        for ep in started:
+            pool.release(ep.env)
+        raise failed
+    return started, lost
 
 
 def _agent_turn(completion: Completion) -> Turn:
@@ -175,17 +223,13 @@ def _agent_turn(completion: Completion) -> Turn:
     return Turn("assistant", completion.text, token_ids=ids, logprobs=logprobs)
 
 
-def _advance(pool: EnvPool, ep: _Episode, completion: Completion) -> bool:
-    """Step the env with the reply and record both turns; True when the episode is over."""
-    reply = completion.text
-    ep.conversation.append(_agent_turn(completion))
-    ep.steps += 1
-    try:
-        ep.last = ep.env.step(reply)
-    except Exception as exc:  # a crashed env ends this episode only; the env is not reused
-        ep.metadata["env_error"] = f"{type(exc).__name__}: {exc}"
+def _advance(pool: EnvPool | RayEnvPool, ep: _Episode, reply: str, outcome: Any) -> bool:
+    """Record the env's answer to the reply; True when the episode is over."""
+    if isinstance(outcome, BaseException):  # a crashed env ends this episode only
+        ep.metadata["env_error"] = f"{type(outcome).__name__}: {outcome}"
         pool.discard(ep.env)
         return True
+    ep.last = outcome
     # A reply with no parsable action is a format error; an action the env could not carry
     # out (a label not on the page, an SQL error, an unknown command) is an invalid action.
     if not parse(reply).ok:

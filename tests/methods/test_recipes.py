@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,20 @@ def test_a_run_hands_models_on_through_their_folders():
         load(RunConfig, CONFIGS[0], ["sft.checkpoints.save_final_model=false"])
     with pytest.raises(ConfigError, match="server.url or server.model is not set"):
         load(RunConfig, CONFIGS[0], ["model.backend=server"])
+    server = ["model.backend=server", "server.url=http://h:8000/v1", "server.model=m"]
+    with pytest.raises(ConfigError, match="dpo.lora.r trains every weight: set server.reload"):
+        load(RunConfig, CONFIGS[0], [*server, "method=eto", "sft.lora.r=8"])
+    load(RunConfig, CONFIGS[0], [*server, "method=eto", "server.reload_command=restart {model}"])
+    # GRPO trains every weight of the module it plays, LoRA or not: the server needs a reload.
+    for name in ("grpo", "agent_data"):
+        with pytest.raises(ConfigError, match=f"but {name} trains every weight"):
+            load(RunConfig, CONFIGS[0], [*server, f"method={name}", "sft.lora.r=8"])
+
+
+def test_env_workers_without_ray_name_the_install(monkeypatch):
+    from coevo.config import ConfigError
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    with pytest.raises(ConfigError, match=r"needs Ray.*pip install 'coevo\[ray\]'"):
+        load(RunConfig, CONFIGS[0], ["rollout.workers=2"])
+    assert load(RunConfig, CONFIGS[0], ["rollout.workers=0"]).rollout.workers == 0

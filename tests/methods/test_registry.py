@@ -89,6 +89,8 @@ def test_a_saved_recipe_loads_back_into_the_same_run(tmp_path):
             "method": "failure_agent",
             "model": {"backend": "server"},
             "server": {"url": "http://localhost:8000/v1", "model": "m"},
+            "sft": {"lora": {"r": 8}},
+            "dpo": {"lora": {"r": 8}},
             "eto": {"later_lr": 1e-6},
         },
     )

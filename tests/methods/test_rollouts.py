@@ -22,7 +22,8 @@ def test_the_recipe_chooses_the_backend(tmp_path, nano_model_dir, monkeypatch):
     monkeypatch.setenv("TEST_SERVER_KEY", "secret")
     server = {"url": "http://gpu-box:8000/v1/", "model": "toy", "max_context": 512}
     server["api_key_env"] = "TEST_SERVER_KEY"
-    run = run_with(tmp_path / "b", model={"backend": "server"}, server=server)
+    lora = {"lora": {"r": 8}}  # the server loads each stage's adapter
+    run = run_with(tmp_path / "b", model={"backend": "server"}, server=server, sft=lora, dpo=lora)
     remote = policy(run, StageModel(nano_model_dir), "failure")
     assert isinstance(remote, ServerPolicy)
     assert (remote.url, remote.model, remote.name) == (

@@ -1,12 +1,21 @@
 """Reusable env instances (`EnvPool`), which the rollout loop takes its envs from: the seam
-where env workers in other processes can plug in."""
+where env workers in other processes plug in (`coevo.envs.workers.RayEnvPool`, same interface).
+
+The rollout loop resets and steps a whole batch through `reset_all` and `step_all`: here one env
+after another, in the Ray pool one call per worker process, the processes in parallel."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from coevo.envs.base import Env
+from coevo.envs.base import Env, StepResult
+from coevo.trajectory import Task
+
+
+class WorkerLost(RuntimeError):
+    """The process holding an env died: its live episodes are gone, the env with them."""
 
 
 class EnvPool:
@@ -37,6 +46,14 @@ class EnvPool:
         with contextlib.suppress(Exception):
             env.close()
 
+    def reset_all(self, calls: Sequence[tuple[Env, Task, int | None]]) -> list[Any]:
+        """Reset each env; per call the (observation, info) or the exception it raised."""
+        return [attempt(env.reset, task, seed=seed) for env, task, seed in calls]
+
+    def step_all(self, calls: Sequence[tuple[Env, str]]) -> list[StepResult | Exception]:
+        """Step each env; per call the StepResult or the exception it raised."""
+        return [attempt(env.step, action) for env, action in calls]
+
     @property
     def size(self) -> int:
         return len(self._all)
@@ -52,3 +69,12 @@ class EnvPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)`, or the exception it raised: returned, not raised, so one broken
+    env ends its own episode and not its batch's."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        return exc

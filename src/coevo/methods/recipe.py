@@ -10,6 +10,7 @@ that name (`eto.later_lr`, `failure_agent.lambda_sft`), read by that method's lo
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -65,8 +66,10 @@ class ModelSection:
     """How exploration and evaluation generate: `hf` runs each stage's checkpoint in-process
     (HFPolicy); `server` sends the prompts to the OpenAI-compatible server of the `server`
     section (ServerPolicy, prompts tokenised with the stage's checkpoint's tokenizer). The
-    server must already serve the weights being played: coevo does not load a stage's new
-    weights into it yet, so `server` suits playing a fixed, served model."""
+    server starts out serving the run's base model; after each training stage it is made to
+    serve the new weights before they are played: with LoRA each stage's adapter is loaded by
+    name (vLLM's runtime LoRA loading), otherwise `server.reload_command` is run (README,
+    Scaling out)."""
     cpu_threads: int | None = None
     """torch intra-op threads on the CPU; None picks what was measured fastest for the model
     on a 2-core VM: 1 for the tiny sizes (3x faster training, 13x faster decoding than 2),
@@ -99,6 +102,27 @@ class ServerSection:
     """Seconds to wait for one completion."""
     max_concurrency: int = 64
     """Requests in flight at once."""
+    reload_command: str | None = None
+    """Shell command that makes the server serve the checkpoint a training stage wrote, with
+    `{model}` replaced by its directory (e.g. a script restarting `vllm serve {model}
+    --served-model-name NAME`); coevo runs it, then waits until the server's model list names
+    that directory. Needed unless every trainer the method uses has LoRA (`sft.lora.r`,
+    `dpo.lora.r`), whose adapters are loaded by name instead."""
+    reload_timeout: float = 1800.0
+    """Seconds to wait for the server to come back with the new weights after a reload."""
+
+
+@dataclass
+class RolloutSection:
+    """Where the envs of exploration and evaluation run (not part of a run's identity: the
+    episodes are the same either way, so a run may resume with other settings here)."""
+
+    workers: int = 0
+    """Env worker processes on Ray, stepping their envs in parallel (0: every env steps in this
+    process). Needs Ray: pip install 'coevo[ray]'."""
+    ray_address: str | None = None
+    """An existing Ray cluster to join (`ray start --head` prints it, e.g. 10.0.0.1:6379);
+    None starts a local Ray with `workers` CPUs."""
 
 
 @dataclass
@@ -173,6 +197,8 @@ class RftSection:
 
 
 SIGNAL_KINDS = ("forgetting", "boundary", "rare")
+GRPO_METHODS = ("grpo", "agent_data")
+"""Methods whose episodes are played inside GRPO training, by the module being trained."""
 
 
 @dataclass
@@ -272,6 +298,7 @@ class RunConfig:
     env: EnvSection = field(default_factory=EnvSection)
     model: ModelSection = field(default_factory=ModelSection)
     server: ServerSection = field(default_factory=ServerSection)
+    rollout: RolloutSection = field(default_factory=RolloutSection)
     sft: SftConfig = field(default_factory=SftConfig)
     """SFT of every agent (each stage trains in its own folder, seeded from `seed`)."""
     dpo: DpoConfig = field(default_factory=DpoConfig)
@@ -313,6 +340,21 @@ class RunConfig:
         },
     }
 
+    def _check_served_training(self) -> None:
+        """Without a reload command the server learns a stage's weights only as a LoRA
+        adapter: every trainer the method uses must train one."""
+        trainers = {"sft": self.sft.lora.r}
+        if self.method not in ("sft", "rft", *GRPO_METHODS):
+            trainers["dpo"] = self.dpo.lora.r
+        full = [name for name, r in trainers.items() if r == 0]
+        if self.method in GRPO_METHODS or full:
+            which = ", ".join(f"{name}.lora.r" for name in full) or self.method
+            raise ConfigError(
+                f"model.backend is server but {which} trains every weight: set "
+                "server.reload_command (how the server loads a stage's checkpoint) or train "
+                "with LoRA (e.g. sft.lora.r=16), whose adapters coevo loads into the server."
+            )
+
     @property
     def label(self) -> str:
         return self.name or self.method
@@ -341,6 +383,14 @@ class RunConfig:
                 "model.backend is server but server.url or server.model is not set: give the "
                 "server's base URL and the name it serves the model under."
             )
+        if self.model.backend == "server" and not self.server.reload_command:
+            self._check_served_training()
+        if self.rollout.workers < 0:
+            raise ConfigError(f"rollout.workers must be >= 0, got {self.rollout.workers}.")
+        if self.rollout.workers and importlib.util.find_spec("ray") is None:
+            from coevo.envs.workers import RAY_MISSING
+
+            raise ConfigError(RAY_MISSING)
         if self.env.valid_tasks < 0:
             raise ConfigError(f"env.valid_tasks must be >= 0, got {self.env.valid_tasks}.")
         for split in self.eval.splits:

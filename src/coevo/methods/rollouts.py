@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from coevo.analysis.outcomes import episode_stats, outcome_shares
 from coevo.methods.run import Run, StageModel
@@ -20,15 +21,18 @@ from coevo.trajectory import Task, Trajectory
 
 def policy(run: Run, model: StageModel, name: str) -> Policy:
     """What plays `model` as agent `name`, as `model.backend` says: the checkpoint in-process
-    (the module itself when it is still in memory), or the recipe's generation server."""
+    (the module itself when it is still in memory), or the recipe's generation server, made to
+    serve `model` first (`coevo.methods.serving`)."""
     cfg = run.config.model
     if cfg.backend == "server":
+        from coevo.methods.serving import served_name
         from coevo.policy.server import ServerPolicy
 
         server = run.config.server
         return ServerPolicy(
             str(server.url),
-            str(server.model),
+            # The server made to serve this model first.
+            served_name(server, model.path, main=run.processes.main),
             tokenizer=model.path,
             name=name,
             api_key=os.environ.get(server.api_key_env) if server.api_key_env else None,
@@ -38,7 +42,8 @@ def policy(run: Run, model: StageModel, name: str) -> Policy:
         )
     from coevo.policy.hf import HFPolicy
 
-    return HFPolicy(model.path, model=model.module, dtype=cfg.dtype, device=cfg.device, name=name)
+    device = run.processes.device(cfg.device)  # under accelerate launch: this process's GPU
+    return HFPolicy(model.path, model=model.module, dtype=cfg.dtype, device=device, name=name)
 
 
 def explore(
@@ -71,9 +76,9 @@ def explore(
             agent_policy = policy(run, model, agent)
             for start in range(0, len(todo), cfg.chunk):
                 chunk = todo[start : start + cfg.chunk]
-                played = rollout(
+                played = play(
+                    run,
                     agent_policy,
-                    run.pool,
                     chunk,
                     sampling=sampling,
                     samples=samples,
@@ -84,7 +89,8 @@ def explore(
                     description=f"{name}, tasks {start + 1}-{start + len(chunk)} of {len(todo)}",
                 )
                 fresh = [t for t in played if (t.task.id, t.sample) not in done]
-                run.store.add_trajectories(fresh, iteration=iteration, stage=name)
+                if run.processes.main:
+                    run.store.add_trajectories(fresh, iteration=iteration, stage=name)
         played = run.store.trajectories(stage=name)
         stats = episode_stats(played)
         threshold = run.config.analysis.hard_negative_threshold
@@ -103,7 +109,7 @@ def explore(
         "sampling": sampling.to_dict(),
         "seed": seed,
     }
-    run.stage(name, stage, ExploreRecord.from_dict, inputs)
+    run.stage(name, stage, ExploreRecord.from_dict, inputs, everyone=True)
     return run.store.trajectories(stage=name)
 
 
@@ -120,9 +126,9 @@ def evaluate(run: Run, model: StageModel, iteration: int) -> EvalRecord:
             # A split finished before a kill is read back rather than played and stored again.
             played = run.store.trajectories(stage=name)
             if not played:
-                played = rollout(
+                played = play(
+                    run,
                     target,
-                    run.pool,
                     run.tasks(split),
                     sampling=sampling,
                     batch_size=cfg.batch_size,
@@ -131,9 +137,21 @@ def evaluate(run: Run, model: StageModel, iteration: int) -> EvalRecord:
                     max_length=run.config.model.max_length,
                     description=f"eval-{iteration} {split}",
                 )
-                run.store.add_trajectories(played, iteration=iteration, stage=name)
+                if run.processes.main:
+                    run.store.add_trajectories(played, iteration=iteration, stage=name)
             splits[split] = episode_stats(played)
         return EvalRecord(iteration, splits)
 
     inputs = {"model": str(model.path), "sampling": sampling.to_dict()}
-    return run.stage(f"eval-{iteration}", stage, EvalRecord.from_dict, inputs)
+    return run.stage(f"eval-{iteration}", stage, EvalRecord.from_dict, inputs, everyone=True)
+
+
+def play(run: Run, policy: Policy, tasks: list[Task], **settings: Any) -> list[Trajectory]:
+    """`rollout` of `tasks`; under accelerate launch each process plays its share and every
+    process gets all the episodes back, in task order (as one process would have played)."""
+    procs = run.processes
+    played = rollout(policy, run.pool, procs.share(tasks), **settings)
+    if procs.count == 1:
+        return played
+    order = {task.id: i for i, task in enumerate(tasks)}
+    return sorted(procs.gather(played), key=lambda t: (order[t.task.id], t.sample))

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from coevo.envs.pool import EnvPool
+from coevo.envs.workers import RayEnvPool
+from coevo.methods.processes import Processes
 from coevo.methods.recipe import RunConfig
 from coevo.pipeline import Pipeline
 from coevo.store import Store
@@ -56,7 +58,9 @@ class Run:
     config: RunConfig
     pipeline: Pipeline
     store: Store
-    pool: EnvPool
+    pool: EnvPool | RayEnvPool
+    processes: Processes = field(default_factory=Processes)
+    """This process's place under `accelerate launch` (one process: the main one)."""
     _held: StageModel | None = field(default=None, repr=False)
 
     @property
@@ -86,10 +90,29 @@ class Run:
         fn: Callable[[Path], R],
         read: Callable[[dict[str, Any]], R],
         inputs: dict[str, Any] | None = None,
+        *,
+        everyone: bool = False,
     ) -> R:
         """Run stage `name` (`fn(stage_dir)` -> its record) unless it finished before; its
-        record either way (`read` turns a manifest's outputs back into one)."""
-        return read(self.pipeline.stage(name, lambda out: fn(out).to_dict(), inputs))
+        record either way (`read` turns a manifest's outputs back into one).
+
+        With several processes (`coevo.methods.processes`) the main one runs and records the
+        stage; the others run `fn` too when `everyone` (training, rollouts: `fn` splits the
+        work) and otherwise wait, then all read the main process's record.
+        """
+        procs = self.processes
+        if procs.count == 1:
+            return read(self.pipeline.stage(name, lambda out: fn(out).to_dict(), inputs))
+        # The main process's view of what is done, so every process takes the same branch.
+        done = procs.from_main(self.pipeline.done(name))
+        if procs.main:
+            outputs = self.pipeline.stage(name, lambda out: fn(out).to_dict(), inputs)
+        elif everyone and not done:
+            fn(self.pipeline.stage_dir(name))
+        procs.barrier()  # the manifest and stored rows are written
+        if not procs.main:
+            outputs = self.pipeline.manifest(name)["outputs"]
+        return read(outputs)
 
     def hand_on(self, path: Path, module: Any = None) -> StageModel:
         """The handle on a stage's model; the model handed on before leaves memory (keeping

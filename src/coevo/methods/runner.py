@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +22,11 @@ import yaml
 from coevo.config import ConfigError, to_dict
 from coevo.envs.base import make
 from coevo.envs.pool import EnvPool
+from coevo.envs.workers import RayEnvPool
 from coevo.lock import lock_run_dir
 from coevo.methods.preflight import check_recipe
-from coevo.methods.recipe import RunConfig
+from coevo.methods.processes import start
+from coevo.methods.recipe import GRPO_METHODS, RunConfig
 from coevo.methods.registry import OPTIONAL, method
 from coevo.methods.run import Run
 from coevo.pipeline import Pipeline, RunDirError, write_atomic
@@ -38,11 +42,12 @@ EXTENDING = ("iterations", "rft.rounds")
 
 
 def recorded(config: RunConfig) -> dict[str, Any]:
-    """The recipe as its method reads it: without the keys only other methods read, and
-    without `server` unless the model is played through one."""
+    """The recipe as its method reads it: without the keys only other methods read, without
+    `server` unless the model is played through one, and without `rollout` (where the envs
+    run changes no episode)."""
     keep = set(method(config.method).reads)
     values = to_dict(config)
-    dropped = [key for key in OPTIONAL if key not in keep]
+    dropped = ["rollout", *(key for key in OPTIONAL if key not in keep)]
     if config.model.backend != "server":
         dropped.append("server")
     return {k: v for k, v in values.items() if k not in dropped}
@@ -58,30 +63,51 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
         import torch
 
         torch.set_num_threads(threads)
-    # Before anything is written: a second process on `out` is refused, not interleaved.
-    with lock_run_dir(out):
-        record = recorded(config)
-        pipeline = Pipeline(
-            out, record, quiet=quiet, extends=EXTENDING, defaults=to_dict(RunConfig())
+    processes = start()
+    if processes.count > 1 and config.method in GRPO_METHODS:
+        raise ConfigError(
+            f"method {config.method} does not run under accelerate launch yet (its rollouts "
+            "happen inside GRPO training); run it as one process."
         )
-        (out / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
-        try:
-            store = Store(out, label=config.label)
-        except StoreError as exc:  # a damaged store makes the directory unusable as it is
-            raise RunDirError(str(exc)) from None
-        # A finished stage whose trajectories are not in the store (moved aside) runs again.
-        pipeline.rows = store.stage_rows
-        pool = EnvPool(lambda: make(config.env.name, **config.env.options))
-        try:
+    # Before anything is written: a second run on `out` is refused, not interleaved. Under
+    # accelerate launch only the main process writes (coevo.methods.processes), and holds it.
+    with lock_run_dir(out) if processes.main else nullcontext():
+        record = recorded(config)
+        if processes.main:
+            pipeline = Pipeline(
+                out, record, quiet=quiet, extends=EXTENDING, defaults=to_dict(RunConfig())
+            )
+            (out / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+            try:
+                store = Store(out, label=config.label)
+            except StoreError as exc:  # a damaged store makes the directory unusable as it is
+                raise RunDirError(str(exc)) from None
             if config.init_from:
                 adopt(Path(config.init_from), config, pipeline, store)
-            loop(Run(config, pipeline, store, pool))
+        processes.barrier()
+        if not processes.main:  # the run's files are there now: read, never written, here
+            pipeline = Pipeline(out, record, quiet=True, defaults=to_dict(RunConfig()))
+            store = Store(out, readonly=True)
+        # A finished stage whose trajectories are not in the store (moved aside) runs again.
+        pipeline.rows = store.stage_rows
+        pool = env_pool(config)
+        try:
+            loop(Run(config, pipeline, store, pool, processes))
         except StoreError as exc:  # damage found mid-run: the same sentence, not a traceback
             raise RunDirError(str(exc)) from None
         finally:
             pool.close()
             store.close()
     return out
+
+
+def env_pool(config: RunConfig) -> EnvPool | RayEnvPool:
+    """The run's envs: in this process, or in `rollout.workers` Ray worker processes."""
+    env, rollout = config.env, config.rollout
+    factory = partial(make, env.name, **env.options)  # sent to the workers: no lambda
+    if rollout.workers:
+        return RayEnvPool(factory, rollout.workers, address=rollout.ray_address)
+    return EnvPool(factory)
 
 
 def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> None:

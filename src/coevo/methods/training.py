@@ -41,6 +41,7 @@ def sft(
             starting_point(start), examples, config, output_dir=out, seed=seed, tokenizer=tokenizer
         )
         trained["module"] = result.model
+        served_adapter(run, start, out)
         return sft_record(len(examples), result)
 
     inputs = {
@@ -48,7 +49,7 @@ def sft(
         "trajectories": len(trajectories),
         "trained_with": settings_record(config, seed),
     }
-    run.stage(stage_name, stage, SftRecord.from_dict, inputs)
+    run.stage(stage_name, stage, SftRecord.from_dict, inputs, everyone=True)
     return run.hand_on(run.dir / "stages" / stage_name / "model", trained.get("module"))
 
 
@@ -93,7 +94,7 @@ def dpo(
         from coevo.train.dpo import train_dpo
 
         # Stored once per stage: a rerun after a kill finds them already there.
-        if not run.store.pairs(stage=stage_name):
+        if run.processes.main and not run.store.pairs(stage=stage_name):
             run.store.add_pairs(pairs, iteration=iteration, stage=stage_name)
         tokenizer = AutoTokenizer.from_pretrained(start.path)
         examples = dpo_examples(pairs, tokenizer, max_length=run.config.model.max_length)
@@ -101,6 +102,7 @@ def dpo(
             starting_point(start), examples, config, output_dir=out, seed=seed, tokenizer=tokenizer
         )
         trained["module"] = result.model
+        served_adapter(run, start, out)
         last = next((r for r in reversed(result.history) if "loss" in r), {})
         return DpoRecord(
             pairs=len(pairs),
@@ -109,8 +111,19 @@ def dpo(
             final={k: v for k, v in last.items() if isinstance(v, int | float)},
         )
 
-    run.stage(stage_name, stage, DpoRecord.from_dict, inputs)
+    run.stage(stage_name, stage, DpoRecord.from_dict, inputs, everyone=True)
     return run.hand_on(run.dir / "stages" / stage_name / "model", trained.get("module"))
+
+
+def served_adapter(run: Run, start: StageModel, out: Path) -> None:
+    """With a generation server and LoRA, the adapter that makes the server's base model this
+    stage's model (`coevo.methods.serving`); written by the main process only."""
+    if run.config.model.backend != "server" or run.config.server.reload_command:
+        return
+    if (out / "adapter").is_dir() and run.processes.main:
+        from coevo.methods.serving import stack_adapter
+
+        stack_adapter(start.path, out)
 
 
 def starting_point(start: StageModel) -> Any:

@@ -35,7 +35,7 @@ from rich.progress import (
 )
 from torch import nn
 
-from coevo.train.model import finish_model, mixed_precision, save_model
+from coevo.train.model import finish_model, is_lora, mixed_precision, save_model
 from coevo.train.settings import Checkpoints, Compute, Optim, Schedule, Tracking
 
 SCHEDULES: tuple[Schedule, ...] = ("cosine", "constant", "linear")
@@ -391,6 +391,10 @@ def finish(
         tracker.finish()
     model = accelerator.unwrap_model(net).model
     if step >= total_steps:
+        if is_lora(model) and out.settings.save_final_model and accelerator.is_main_process:
+            # The adapters alone too, before they are merged: what a generation server loads
+            # by name to serve this stage's weights (coevo.methods.serving).
+            model.save_pretrained(out.root / "adapter")
         model = finish_model(model)
         if out.settings.save_final_model and accelerator.is_main_process:
             final = out.root / "model"

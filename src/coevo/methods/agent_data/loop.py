@@ -27,6 +27,7 @@ from typing import Any
 
 from coevo.envs.base import SPLITS, Env
 from coevo.envs.evolve import action_pattern, require
+from coevo.envs.pool import EnvPool
 from coevo.methods import rollouts
 from coevo.methods.agent_data.explore import (
     Seed,
@@ -81,7 +82,15 @@ def run_agent_data(run: Run) -> None:
 
 @contextmanager
 def _env(run: Run) -> Iterator[Env]:
-    """An env of the run's pool, given back after."""
+    """An env in this process (synthesis and verification read the env's own state, which an
+    env in a Ray worker keeps out of reach): one of the run's pool when the pool is local."""
+    if not isinstance(run.pool, EnvPool):
+        env = run.pool.factory()
+        try:
+            yield env
+        finally:
+            env.close()
+        return
     env = run.pool.acquire()
     try:
         yield env
