@@ -3,11 +3,13 @@
     python benchmarks/learning.py                                  # the full grid
     python benchmarks/learning.py --envs shop --seeds 0 -- iterations=1
     python benchmarks/learning.py --envs sql --seeds 0 1 2 -- env.train_tasks=64 env.eval_tasks=50
+    python benchmarks/learning.py --envs sql --methods grpo agent_data --seeds 0 -- grpo.steps=8
 
 The recipes run the pretrained SmolLM2-135M-Instruct (`model.name: smollm2-135m`); the
 overrides say the sizes a run was given, and are written into the results with the commit.
 
-Each (env, seed) first runs SFT; RFT, ETO and failure-agent start from that SFT policy
+Each (env, seed) first runs SFT; every other method (RFT, ETO, failure-agent, GRPO, agent_data)
+starts from that SFT policy
 (`init_from`), as the paper's methods share one SFT start. Runs go to `--out/<env>/<method>-s<seed>`
 and resume when the script is rerun. The tables (the paper's Table 3 and Table 2 layouts) and
 the wall time of every run are written to benchmarks/results/learning.md, keeping its notes
@@ -35,7 +37,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "learning.md"
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
 
 
-STAGE_KINDS = ("model", "sft", "explore", "dpo", "eval")
+STAGE_KINDS = ("model", "sft", "explore", "dpo", "grpo", "evolve", "eval")
 
 
 def stage_minutes(run_dir: Path, *, shared: bool) -> dict[str, float]:
