@@ -4,12 +4,6 @@ stored rollouts, compare, and resume after kill -9."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +16,8 @@ from coevo.methods.recipe import RunConfig
 from coevo.methods.runner import execute
 from coevo.records import GrpoRecord
 from coevo.store import Store
-from tests.methods.test_run import FAST, ROOT, manifest_times
+from tests.methods.kill import run_until_rows
+from tests.methods.test_run import FAST, manifest_times
 
 GRPO = {
     "steps": 3,
@@ -102,31 +97,9 @@ def test_a_run_killed_mid_interval_resumes_to_the_same_result(grpo_run, tmp_path
     config = tmp_path / "recipe.yaml"
     config.write_text(yaml.safe_dump(values))
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "coevo.cli", "run", str(config), "--out", str(run)]
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    reached = run_until_rows(
+        config, run, "SELECT 1 FROM trajectories WHERE stage='grpo-2'", timeout=600
     )
-    db = run / "store.sqlite"
-    reached = False
-    deadline = time.time() + 600
-    try:
-        while time.time() < deadline and proc.poll() is None:
-            if db.exists():
-                con = sqlite3.connect(db)
-                try:
-                    reached = bool(
-                        con.execute("SELECT 1 FROM trajectories WHERE stage='grpo-2'").fetchall()
-                    )
-                except sqlite3.OperationalError:  # the schema is not there yet
-                    reached = False
-                finally:
-                    con.close()
-                if reached:
-                    break
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
     assert reached, "the run never reached the second interval"
     assert not (run / "stages/grpo-2/manifest.json").exists()
     before = manifest_times(run)

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +17,7 @@ from coevo.config import build, load
 from coevo.methods.recipe import RunConfig
 from coevo.methods.runner import execute
 from coevo.store import Store
+from tests.methods.kill import run_until_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -240,31 +236,12 @@ def test_resume_after_kill_mid_iteration(tmp_path):
     config = tmp_path / "recipe.yaml"
     config.write_text(yaml.safe_dump({**FAST, "method": "eto", "iterations": 1}))
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "coevo.cli", "run", str(config), "--out", str(run)]
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    committed = run_until_rows(
+        config,
+        run,
+        "SELECT id, task, created FROM trajectories WHERE stage='explore-1-target'",
+        timeout=240,
     )
-    db = run / "store.sqlite"
-    committed: list[tuple] = []
-    deadline = time.time() + 240
-    try:
-        while time.time() < deadline and proc.poll() is None:
-            if db.exists():
-                con = sqlite3.connect(db)
-                try:
-                    committed = con.execute(
-                        "SELECT id, task, created FROM trajectories WHERE stage='explore-1-target'"
-                    ).fetchall()
-                except sqlite3.OperationalError:  # the schema is not there yet
-                    committed = []
-                finally:
-                    con.close()
-                if committed:
-                    break
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
     assert committed, "the run never reached exploration"
     assert not (run / "stages/explore-1-target/manifest.json").exists()
     before = manifest_times(run)
@@ -272,7 +249,7 @@ def test_resume_after_kill_mid_iteration(tmp_path):
     execute(build(RunConfig, {**FAST, "method": "eto", "iterations": 1}), run, quiet=True)
     after = manifest_times(run)
     assert all(after[name] == t for name, t in before.items())  # nothing finished was redone
-    with sqlite3.connect(db) as con:
+    with sqlite3.connect(run / "store.sqlite") as con:
         rows = con.execute(
             "SELECT id, task, created FROM trajectories WHERE stage='explore-1-target'"
         ).fetchall()

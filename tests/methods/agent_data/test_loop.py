@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +20,7 @@ from coevo.methods.runner import execute
 from coevo.records import EvolveRecord
 from coevo.store import Store
 from coevo.trajectory import Task
+from tests.methods.kill import run_until_rows
 from tests.methods.test_grpo import GRPO
 from tests.methods.test_run import FAST, ROOT, manifest_times
 from tests.toy_env import ToyEnv
@@ -154,37 +151,10 @@ def test_a_run_killed_mid_round_resumes_and_finishes(run_dir, tmp_path):
     config = tmp_path / "recipe.yaml"
     config.write_text(yaml.safe_dump(values))
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "coevo.cli", "run", str(config), "--out", str(run)]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT)}
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    reached = run_until_rows(
+        config, run, "SELECT 1 FROM trajectories WHERE stage='grpo-2'", env=env, timeout=600
     )
-    db = run / "store.sqlite"
-    reached = False
-    deadline = time.time() + 600
-    try:
-        while time.time() < deadline and proc.poll() is None:
-            if db.exists():
-                con = sqlite3.connect(db)
-                try:
-                    reached = bool(
-                        con.execute("SELECT 1 FROM trajectories WHERE stage='grpo-2'").fetchall()
-                    )
-                except sqlite3.OperationalError:  # the schema is not there yet
-                    reached = False
-                finally:
-                    con.close()
-                if reached:
-                    break
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
     assert reached, "the run never reached the second interval"
     assert (run / "stages/evolve-1/manifest.json").exists()
     assert not (run / "stages/grpo-2/manifest.json").exists()
