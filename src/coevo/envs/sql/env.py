@@ -139,14 +139,16 @@ class SqlEnv:
             if isinstance(self._gold_rows(entry["db_id"], entry["query"]), str):
                 self.skipped[split] += 1
                 continue
-            table_names = names.get(entry["db_id"]) or self._sandbox(entry["db_id"]).tables()
+            table_names = names.get(entry["db_id"]) or self.sandbox(entry["db_id"]).tables()
             kept.append({**entry, "tables": tables_in_query(entry["query"], table_names)})
         return kept
 
     def tasks(self, split: str) -> list[Task]:
         return list(self._tasks[check_split(split)])
 
-    def _sandbox(self, db_id: str) -> Sandbox:
+    def sandbox(self, db_id: str) -> Sandbox:
+        """The read-only sandbox of database `db_id` (opened once, kept): what the agent's SQL
+        runs in, and what synthesis re-runs an explorer's queries in."""
         box = self._sandboxes.get(db_id)
         if box is None:
             path = self._db_paths.get(db_id)
@@ -163,7 +165,7 @@ class SqlEnv:
         """The gold result, computed once per (database, query); an error text if it fails."""
         key = (db_id, query)
         if key not in self._gold:
-            result = self._sandbox(db_id).run(query)
+            result = self.sandbox(db_id).run(query)
             self._gold[key] = GoldRows.of(result.rows) if result.ok else str(result.error)
         return self._gold[key]
 
@@ -171,7 +173,7 @@ class SqlEnv:
         db_id = task.data.get("db_id")
         if not isinstance(db_id, str) or not isinstance(task.data.get("query"), str):
             raise EnvError(f"Task {task.id!r} is not an sql task: its data needs db_id and query.")
-        self._sandbox(db_id)
+        self.sandbox(db_id)
         self._task = task
         self._last = None
         self._clock.start()
@@ -193,7 +195,7 @@ class SqlEnv:
                 terminated = True
                 observation = "Submitted: the result of your last query was scored."
             else:
-                result = self._sandbox(task.data["db_id"]).run(sql)
+                result = self.sandbox(task.data["db_id"]).run(sql)
                 self._last = result
                 info["executed"] = result.ok
                 if result.ok:

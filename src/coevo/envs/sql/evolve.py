@@ -61,7 +61,7 @@ def tasks_from_exploration(env: Any, trajectory: Trajectory) -> list[Candidate]:
     db_id = trajectory.task.data.get("db_id")
     if not isinstance(db_id, str):
         return []
-    box = env._sandbox(db_id)
+    box = env.sandbox(db_id)
     out: list[Candidate] = []
     seen: set[str] = set()
     for thought, action, _ in agent_actions(trajectory):
