@@ -31,6 +31,7 @@ from coevo.analysis.compare import compare, to_markdown
 from coevo.config import load
 from coevo.methods.recipe import RunConfig
 from coevo.methods.runner import SHARED_STAGES, execute
+from coevo.quiet import quiet_libraries
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "learning.md"
@@ -144,6 +145,7 @@ def main() -> None:
     if "sft" not in args.methods:
         args.methods.insert(0, "sft")  # every other method starts from the SFT run
     args.methods.sort(key=lambda m: m != "sft")
+    quiet_libraries()  # coevo's own stage lines only, as the `coevo` command prints
     dirs, timings = run_grid(args)
     print(to_markdown(compare(dirs)))
     if not args.no_write:
