@@ -169,6 +169,17 @@ def test_the_demo_writes_the_tables_and_the_report(tmp_path):
     assert page == tmp_path / "report" / "index.html" and page.is_file()
 
 
+def test_the_demo_command_prints_where_the_report_is(tmp_path, monkeypatch):
+    from coevo.methods import demo
+
+    page = tmp_path / "report" / "index.html"
+    monkeypatch.setattr(demo, "run_demo", lambda out, overrides: ("| tables |", page))
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "| tables |" in result.stdout
+    assert f"report written to {page}" in result.stdout
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
 def test_headless_chromium_renders_the_page(demo_like_runs, tmp_path):
     from PIL import Image
