@@ -13,7 +13,7 @@ store (a damaged store moved aside), leaves its stage unfinished, with a one-lin
 the stage runs again.
 
 A finished run continues with a recipe that only extends it (`extends`: more iterations, more
-RFT rounds); any other change is refused with the keys that differ.
+RFT rounds, more GRPO steps); any other change is refused with the keys that differ.
 """
 
 from __future__ import annotations

@@ -131,6 +131,22 @@ def fake_run(root: Path, turns: tuple[Turn, ...]) -> Path:
     return run
 
 
+def test_cells_are_the_mean_and_spread_over_seeds(tmp_path):
+    runs = []
+    for seed, reward in ((0, 0.5), (1, 0.7)):
+        run = fake_run(tmp_path / f"s{seed}", (Turn("user", "hi"), Turn("assistant", "Act")))
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        (run / "config.yaml").write_text(yaml.safe_dump({**config, "seed": seed}))
+        manifest = run / "stages" / "eval-0" / "manifest.json"
+        record = json.loads(manifest.read_text())
+        record["outputs"]["splits"]["test_seen"]["reward"] = reward
+        manifest.write_text(json.dumps(record))
+        runs.append(run)
+    page = Page(write_report(runs, tmp_path / "report").read_text())
+    # Two seeds of one episode each: mean 60.0, std of (50, 70) = 14.1.
+    assert page.cells[("reward", "sft", "shop test_seen", "0")] == "60.0 ± 14.1 (n=2)"
+
+
 def test_text_from_a_run_is_shown_as_it_is(tmp_path):
     turns = (
         Turn("user", "Buy shoes. [Back to Search] <script>alert(1)</script> & [buy now]"),
@@ -151,6 +167,17 @@ def test_the_demo_writes_the_tables_and_the_report(tmp_path):
     tables, page = write_results(tmp_path, [run])
     assert (tmp_path / "compare.md").read_text() == tables
     assert page == tmp_path / "report" / "index.html" and page.is_file()
+
+
+def test_the_demo_command_prints_where_the_report_is(tmp_path, monkeypatch):
+    from coevo.methods import demo
+
+    page = tmp_path / "report" / "index.html"
+    monkeypatch.setattr(demo, "run_demo", lambda out, overrides: ("| tables |", page))
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "| tables |" in result.stdout
+    assert f"report written to {page}" in result.stdout
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")

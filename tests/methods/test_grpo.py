@@ -87,6 +87,45 @@ def test_compare_has_a_grpo_row_and_a_rerun_skips_every_stage(grpo_run):
     assert manifest_times(grpo_run) == before
 
 
+def test_a_finished_run_grows_by_more_steps_as_if_it_had_asked_for_them(grpo_run, tmp_path):
+    """One step, finished; then grpo.steps=3 trains steps 2 and 3 as grpo_run did (same SFT
+    start through init_from), keeping the finished interval that ended off the eval grid."""
+    short = {**VALUES, "init_from": str(grpo_run), "grpo": {**GRPO, "steps": 1}}
+    run = execute(build(RunConfig, short), tmp_path / "run", quiet=True)
+    before = manifest_times(run)
+    longer = {**short, "grpo": GRPO}
+    execute(build(RunConfig, longer), run, quiet=True)
+    after = manifest_times(run)
+    assert all(after[name] == t for name, t in before.items())  # nothing finished was redone
+
+    def steps(path: Path, interval: int) -> list[int]:
+        manifest = path / f"stages/grpo-{interval}/manifest.json"
+        return json.loads(manifest.read_text())["inputs"]["steps"]
+
+    assert [steps(run, i) for i in (1, 2, 3)] == [[1, 1], [2, 2], [3, 3]]
+    assert "eval-3" in after
+
+    def rewards(path: Path) -> list[float]:
+        lines = (path / "stages/grpo/metrics.jsonl").read_text().splitlines()
+        return [json.loads(line)["reward_mean"] for line in lines]
+
+    def scores(path: Path, i: int) -> dict:
+        manifest = json.loads((path / f"stages/eval-{i}/manifest.json").read_text())
+        return manifest["outputs"]["splits"]
+
+    assert rewards(run) == rewards(grpo_run)
+    assert scores(run, 3) == scores(grpo_run, 2)  # both after step 3
+    assert yaml.safe_load((run / "config.yaml").read_text())["grpo"]["steps"] == 3
+
+
+def test_steps_extend_a_run_only_where_the_schedule_ignores_their_number():
+    from coevo.methods.runner import extending
+
+    assert "grpo.steps" in extending(build(RunConfig, VALUES))
+    cosine = {**GRPO, "optim": {"lr": 1e-3, "schedule": "cosine"}}
+    assert "grpo.steps" not in extending(build(RunConfig, {**VALUES, "grpo": cosine}))
+
+
 @pytest.mark.slow
 def test_a_run_killed_mid_interval_resumes_to_the_same_result(grpo_run, tmp_path):
     """kill -9 while step 3 (interval 2) trains; the rerun finishes as the unbroken run did.

@@ -40,13 +40,15 @@ def toy_with(**options) -> dict:
             EnvError,
             "env option max_steps must be an integer, not 'many'",
         ),
-        ({"model": {"path": "/nowhere/model"}}, ConfigError, "is not a Hugging Face checkpoint"),
+        ({"model": {"path": "/nowhere/model"}}, ConfigError, "no directory '/nowhere/model'"),
         # A hub name: coevo loads local checkpoints, and says so without trying the network.
         (
             {"model": {"path": "HuggingFaceTB/SmolLM2-135M"}},
             ConfigError,
-            "'HuggingFaceTB/SmolLM2-135M' is not a Hugging Face checkpoint directory",
+            "no directory 'HuggingFaceTB/SmolLM2-135M'; model.path is a local checkpoint "
+            "directory (coevo does not download from the Hugging Face Hub",
         ),
+        ({"model": {"path": "."}}, ConfigError, "'.' is not a Hugging Face checkpoint directory"),
         (
             {"model": {"size": "nano", "max_length": 40}},
             ConfigError,

@@ -1,4 +1,5 @@
-"""Trackers: off by default; `tracking.log_with: tensorboard` logs what metrics.jsonl holds."""
+"""Trackers: off by default; `tracking.log_with: tensorboard` logs what metrics.jsonl holds
+(SFT, DPO and GRPO)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,18 @@ def test_tensorboard_gets_every_logged_number(tmp_path, model_factory, sft_data,
     logged = scalars(tmp_path / "dpo" / "demo")
     assert {"dpo_loss", "reward_margin", "reward_accuracy"} <= logged.keys()
     assert len(logged["reward_margin"]) == result.step
+
+
+def test_grpo_logs_to_tensorboard_too(tmp_path, nano_model_dir):
+    pytest.importorskip("tensorboard")
+    from tests.train.test_grpo import config, grpo
+
+    tracking = {"log_with": "tensorboard", "project": "demo"}
+    result = grpo(nano_model_dir, tmp_path / "grpo", config(steps=2, tracking=tracking))
+    logged = scalars(tmp_path / "grpo" / "demo")
+    rewards = [(r["step"], r["reward_mean"]) for r in result.history]
+    assert [s for s, _ in logged["reward_mean"]] == [s for s, _ in rewards] == [1, 2]
+    assert [v for _, v in logged["reward_mean"]] == pytest.approx([v for _, v in rewards])
 
 
 def test_no_tracker_by_default(tmp_path, model_factory, sft_data):

@@ -5,7 +5,9 @@ a training stage `grpo-<i>` (the GRPO steps up to i * eval_every) and its evalua
 so a rerun skips finished intervals. One trainer folder, `stages/grpo`, holds the checkpoints
 and `metrics.jsonl` of every interval: each `grpo-<i>` resumes the run where the one before
 stopped (the same optimizer, schedule and step), and its model goes to `grpo-<i>/model`.
-The rollouts of every step are stored (stage `grpo-<i>`, iteration = the step).
+The rollouts of every step are stored (stage `grpo-<i>`, iteration = the step). A finished
+run whose `grpo.steps` grows keeps its intervals, its last one included, and continues after
+it (`interval_ends`).
 """
 
 from __future__ import annotations
@@ -90,12 +92,24 @@ def intervals(steps: int, every: int) -> list[int]:
     return [*ends, steps]
 
 
+def interval_ends(run: Run, *every: int) -> list[int]:
+    """The step each stage `grpo-<i>` ends at: the finished stages' ends as they ran, then
+    every `every` steps (each of them) and the last step. A run extended by more
+    `grpo.steps` keeps its finished intervals even where its last one ended off that grid."""
+    kept: list[int] = []
+    while (record := run.pipeline.manifest(f"grpo-{len(kept) + 1}")) is not None:
+        kept.append(record["inputs"]["steps"][1])
+    done = kept[-1] if kept else 0
+    later = {end for e in every for end in intervals(run.config.grpo.steps, e) if end > done}
+    return kept + sorted(later)
+
+
 def run_grpo(run: Run) -> None:
     cfg = run.config
     start = shared_start(run)
     train = run.tasks("train")
     first = 0
-    for i, until in enumerate(intervals(cfg.grpo.steps, cfg.grpo.eval_every), start=1):
+    for i, until in enumerate(interval_ends(run, cfg.grpo.eval_every), start=1):
         model = grpo_stage(run, start.target, train, i, first, until)
         rollouts.evaluate(run, model, i)
         first = until

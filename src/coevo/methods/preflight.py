@@ -51,6 +51,13 @@ def model_source(config: RunConfig) -> Path | None:
     """The checkpoint directory the run starts from (None: a model made in the run)."""
     if config.model.path is not None:
         path = Path(config.model.path)
+        # A Hub name too: coevo never downloads, so it says where models come from.
+        if not path.exists():
+            raise ConfigError(
+                f"model.path: no directory {str(path)!r}; model.path is a local checkpoint "
+                "directory (coevo does not download from the Hugging Face Hub: download it "
+                "first), or use model.name (coevo model get --list) or model.size instead."
+            )
         if not (path / "config.json").is_file():
             raise ConfigError(
                 f"model.path: {str(path)!r} is not a Hugging Face checkpoint directory (it has "

@@ -36,9 +36,18 @@ from coevo.store import Store, StoreError
 SHARED_STAGES = ("experts", "model", "sft-target", "eval-0")
 SHARED_KEYS = ("env", "model", "sft", "seed", "eval")
 # Keys that only add stages after the finished ones when they grow: a finished run continues
-# with more of them. (GRPO's steps are not among them yet: its last interval, once finished,
-# would not train the steps added after it.)
+# with more of them (`extending`).
 EXTENDING = ("iterations", "rft.rounds")
+
+
+def extending(config: RunConfig) -> tuple[str, ...]:
+    """The keys that may grow to extend a finished run: EXTENDING, and `grpo.steps` where
+    GRPO's learning rate does not depend on the number of steps (a constant schedule without
+    warm-up), so the steps already trained had the rates a longer run would have given them."""
+    optim = config.grpo.optim
+    if optim.schedule == "constant" and optim.warmup_ratio == 0:
+        return (*EXTENDING, "grpo.steps")
+    return EXTENDING
 
 
 def recorded(config: RunConfig) -> dict[str, Any]:
@@ -75,7 +84,7 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
         record = recorded(config)
         if processes.main:
             pipeline = Pipeline(
-                out, record, quiet=quiet, extends=EXTENDING, defaults=to_dict(RunConfig())
+                out, record, quiet=quiet, extends=extending(config), defaults=to_dict(RunConfig())
             )
             (out / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
             try:

@@ -21,7 +21,7 @@ Each step reads top to bottom:
    On that first minibatch the sampled log-probs are also compared with the fresh forward
    (`sampled_logp_gap`, over episodes that kept their whole context): a gap above float
    rounding means generation played other weights or another precision than the trainer.
-4. log (`metrics.jsonl`), checkpoint, next step.
+4. log (`metrics.jsonl`, and the trackers of `tracking.log_with`), checkpoint, next step.
 
 The reference (kl_coef > 0) is the model as given, before any update: a frozen copy, or with
 LoRA the base model with the adapters off (no copy); kl_coef 0 keeps no reference. Rollout
@@ -77,7 +77,15 @@ from coevo.train.model import (
     load_model,
     trainable,
 )
-from coevo.train.settings import Checkpoints, Compute, Lora, Optim, check_trainer, settings_record
+from coevo.train.settings import (
+    Checkpoints,
+    Compute,
+    Lora,
+    Optim,
+    Tracking,
+    check_trainer,
+    settings_record,
+)
 from coevo.trajectory import Task
 
 
@@ -125,6 +133,8 @@ class GrpoConfig:
     lora: Lora = field(default_factory=Lora)
     checkpoints: Checkpoints = field(default_factory=lambda: Checkpoints(save_every=10))
     compute: Compute = field(default_factory=Compute)
+    tracking: Tracking = field(default_factory=Tracking)
+    """Experiment trackers beside metrics.jsonl (`tracking.log_with: tensorboard`); off."""
 
     def validate(self) -> None:
         counts = ("steps", "tasks_per_step", "samples", "rollout_batch_size", "minibatches")
@@ -171,7 +181,12 @@ def train_grpo(
     final `model/` go to `output_dir`; a rerun with the same directory resumes there.
     """
     config.validate()
-    accelerator = make_accelerator(config.compute)
+    accelerator = make_accelerator(
+        config.compute,
+        config.tracking,
+        output_dir=output_dir,
+        settings=settings_record(config, seed),
+    )
     if config.tasks_per_step % accelerator.num_processes:
         raise ValueError(
             f"tasks_per_step={config.tasks_per_step} does not split evenly over "

@@ -40,7 +40,7 @@ from coevo.methods.agent_data.explore import (
 from coevo.methods.agent_data.signals import KINDS, Signal, step_signals
 from coevo.methods.agent_data.synthesize import synthesize
 from coevo.methods.agent_data.verify import verify
-from coevo.methods.grpo import grpo_stage, intervals
+from coevo.methods.grpo import grpo_stage, interval_ends
 from coevo.methods.run import VALID, Run, StageModel
 from coevo.methods.start import shared_start
 from coevo.policy.base import Policy, Sampling
@@ -57,7 +57,7 @@ def run_agent_data(run: Run) -> None:
     train = run.tasks("train")
     with _env(run) as env:
         require(env)  # before any training: an env that cannot synthesize says so now
-    ends = sorted(set(intervals(steps, cfg.grpo.eval_every)) | set(intervals(steps, every)))
+    ends = interval_ends(run, cfg.grpo.eval_every, every)
     first = round_start = 0
     for i, until in enumerate(ends, start=1):
         synthesized = [s.task for s in run.store.synthesized()]
