@@ -349,11 +349,17 @@ def test_export_filters_and_says_what_each_format_wrote(tmp_path):
     assert [r["task"]["split"] for r in rows] == ["test_seen"]
     assert "0 pairs" in output
     output, _ = exported("--stage", "dpo-1-target")
-    assert "1 pairs" in output
+    assert "1 pair ->" in output
     # Each format says what it wrote: ShareGPT holds trajectories only, TRL's DPO data pairs.
     result = runner.invoke(app, ["export", str(run), "-f", "trl-dpo"])
-    assert "1 pairs ->" in result.output and "trajectories" not in result.output
+    assert "1 pair ->" in result.output and "trajector" not in result.output
     result = runner.invoke(app, ["export", str(run), "-f", "sharegpt", "--min-reward", "1"])
     assert "2 trajectories ->" in result.output and "pairs" not in result.output
     result = runner.invoke(app, ["export", str(run), "--split", "valid"])
     assert result.exit_code == 2 and "unknown split 'valid'" in result.output
+    # A stage or agent the run does not hold is a typo, not an empty export: it names theirs.
+    result = runner.invoke(app, ["export", str(run), "-o", str(tmp_path / "typo"), "--stage", "dpo-2"])
+    assert result.exit_code == 2 and "no stage 'dpo-2'" in result.output
+    assert "dpo-1-target" in result.output and not (tmp_path / "typo").exists()
+    result = runner.invoke(app, ["export", str(run), "--agent", "failur"])
+    assert result.exit_code == 2 and "its agents: expert, target" in result.output

@@ -264,10 +264,13 @@ def export_run(
     except StoreError as exc:
         fail(str(exc))
     with store:
-        written = export(store, fmt, out or run_dir / "export" / fmt, selection)
+        try:
+            written = export(store, fmt, out or run_dir / "export" / fmt, selection)
+        except ValueError as exc:
+            fail(str(exc))
     console.print(f"exported as {fmt}:")
     for file in written:
-        console.print(f"  {file.rows:,} {file.what} -> {escape(str(file.path))}", soft_wrap=True)
+        console.print(f"  {file.counted} -> {escape(str(file.path))}", soft_wrap=True)
 
 
 @app.command("run")

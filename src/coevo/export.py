@@ -71,6 +71,21 @@ class Selection:
             for row in store.stored_pairs(stage=stage)
         ]
 
+    def check(self, store: Store) -> None:
+        """A stage or agent the store does not hold is a mistake (a typo would otherwise
+        export empty files): ValueError naming the ones it holds."""
+        if self.agent is not None and self.agent not in (agents := store.agents()):
+            raise ValueError(
+                f"no trajectories of agent {self.agent!r} in this run; its agents: "
+                f"{', '.join(agents) or 'none'}."
+            )
+        if self.stage is not None:
+            known = sorted({*store.stages(), *store.stages("pairs")})
+            if not any(s == self.stage or s.startswith(f"{self.stage}-") for s in known):
+                raise ValueError(
+                    f"no stage {self.stage!r} in this run; its stages: {', '.join(known) or 'none'}."
+                )
+
     def _stages(self, known: list[str]) -> list[str | None]:
         if self.stage is None:
             return [None]
@@ -86,6 +101,16 @@ class Written:
     what: str
     """`trajectories`, `pairs` or `synthesized tasks`."""
 
+    @property
+    def counted(self) -> str:
+        """`1 pair`, `12 trajectories`: the rows and what they are, in words."""
+        if self.rows == 1:
+            return f"1 {ONE[self.what]}"
+        return f"{self.rows:,} {self.what}"
+
+
+ONE = {"trajectories": "trajectory", "pairs": "pair", "synthesized tasks": "synthesized task"}
+
 
 def export(
     store: Store, fmt: str, out: Path | str, selection: Selection | None = None
@@ -95,6 +120,7 @@ def export(
     if fmt not in FORMATS:
         raise ValueError(f"Unknown export format {fmt!r}: use one of {', '.join(FORMATS)}.")
     selection = selection or Selection()
+    selection.check(store)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     return _written(store, fmt, out, selection) + synthesized_tasks(store, out)

@@ -501,6 +501,12 @@ class Store:
             rows = self._db.execute(f"SELECT DISTINCT stage FROM {table} ORDER BY stage")
             return [r[0] for r in rows.fetchall()]
 
+    def agents(self) -> list[str]:
+        """The agents of the stored trajectories (`expert`, `target`, `failure`, ...)."""
+        with self._guard():
+            rows = self._db.execute("SELECT DISTINCT agent FROM trajectories ORDER BY agent")
+            return [r[0] for r in rows.fetchall()]
+
     def iterations(self) -> list[int]:
         with self._guard():
             rows = self._db.execute(
