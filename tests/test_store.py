@@ -358,7 +358,9 @@ def test_export_filters_and_says_what_each_format_wrote(tmp_path):
     result = runner.invoke(app, ["export", str(run), "--split", "valid"])
     assert result.exit_code == 2 and "unknown split 'valid'" in result.output
     # A stage or agent the run does not hold is a typo, not an empty export: it names theirs.
-    result = runner.invoke(app, ["export", str(run), "-o", str(tmp_path / "typo"), "--stage", "dpo-2"])
+    result = runner.invoke(
+        app, ["export", str(run), "-o", str(tmp_path / "typo"), "--stage", "dpo-2"]
+    )
     assert result.exit_code == 2 and "no stage 'dpo-2'" in result.output
     assert "dpo-1-target" in result.output and not (tmp_path / "typo").exists()
     result = runner.invoke(app, ["export", str(run), "--agent", "failur"])
