@@ -8,11 +8,11 @@ import yaml
 from coevo.analysis.compare import compare, read_run, to_markdown
 
 
-def fake_run(root, name, method, seed, seen, unseen, shares=None, valid=None):
+def fake_run(root, name, method, seed, seen, unseen, shares=None, valid=None, env="shop"):
     run = root / name
     (run / "stages").mkdir(parents=True)
     (run / "config.yaml").write_text(
-        yaml.safe_dump({"method": method, "seed": seed, "env": {"name": "shop"}})
+        yaml.safe_dump({"method": method, "seed": seed, "env": {"name": env}})
     )
 
     def stage(stage_name, outputs):
@@ -62,6 +62,18 @@ def test_the_validation_slice_is_not_averaged(tmp_path):
     assert row.split(" | ")[3].startswith("90.0")
     assert row.endswith(" 30.0 |")
     assert "average (test splits)" in md
+
+
+def test_a_row_missing_a_test_column_has_no_average(tmp_path):
+    runs = [
+        fake_run(tmp_path, "a", "sft", 0, 0.40, 0.20),
+        fake_run(tmp_path, "b", "sft", 0, 0.10, 0.10, env="sql"),
+        fake_run(tmp_path, "c", "grpo", 0, 0.20, 0.30, env="sql"),
+    ]
+    md = to_markdown(compare(runs))
+    # sft: (10 + 10 + 40 + 20) / 4 = 20.0; grpo has no shop cells, so no average beside it.
+    assert next(line for line in md.splitlines() if line.startswith("| sft |")).endswith(" 20.0 |")
+    assert next(line for line in md.splitlines() if line.startswith("| grpo |")).endswith(" - |")
 
 
 def test_not_a_run_dir(tmp_path):

@@ -113,6 +113,16 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
     }
 
 
+def held_out_average(cells: dict[str, list[float]], columns: list[str]) -> str:
+    """A row's mean over the test columns (x100), or `-` where the row lacks one of them: an
+    average over other columns than the next row's would not compare. The validation slice
+    chooses settings; it is not a held-out score, so not averaged."""
+    held_out = [c for c in columns if not c.endswith(" valid")]
+    if not held_out or not all(cells.get(c) for c in held_out):
+        return "-"
+    return f"{statistics.fmean(statistics.fmean(cells[c]) for c in held_out) * 100:.1f}"
+
+
 def to_markdown(tables: dict[str, Any]) -> str:
     columns = tables["columns"]
     counts = tables.get("episodes") or {}
@@ -122,11 +132,8 @@ def to_markdown(tables: dict[str, Any]) -> str:
         "| method | " + " | ".join(columns) + " | average (test splits) |",
         "| --- |" + " --- |" * (len(columns) + 1),
     ]
-    # The validation slice chooses settings; it is not a held-out score, so not averaged.
-    held_out = [c for c in columns if not c.endswith(" valid")]
     for method, cells in tables["rows"].items():
-        means = [statistics.fmean(cells[c]) for c in held_out if cells.get(c)]
-        average = f"{statistics.fmean(means) * 100:.1f}" if means else "-"
+        average = held_out_average(cells, columns)
         lines.append(
             f"| {method} | "
             + " | ".join(cell(cells.get(c, []), counts.get(method, {}).get(c, 0)) for c in columns)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from coevo.analysis import figures
-from coevo.analysis.compare import BEHAVIOUR, cell, compare
+from coevo.analysis.compare import BEHAVIOUR, cell, compare, held_out_average
 from coevo.analysis.examples import Example, pick_examples
 from coevo.analysis.outcomes import OUTCOMES
 from coevo.analysis.runs import RunSummary, read_runs, training_logs
@@ -193,12 +193,9 @@ def _final(tables: dict[str, dict[str, Any]]) -> str:
     body = []
     for metric, tab in tables.items():
         columns = tab["columns"]
-        # As compare's table: the validation slice chooses settings, so it is not averaged.
-        held_out = [c for c in columns if not c.endswith(" valid")]
         rows = []
         for method, cells in tab["rows"].items():
-            means = [statistics.fmean(cells[c]) for c in held_out if cells.get(c)]
-            average = f"{statistics.fmean(means) * 100:.1f}" if means else "-"
+            average = held_out_average(cells, columns)
             counts = tab["episodes"].get(method, {})
             rows.append(
                 [method, *(cell(cells.get(c, []), counts.get(c, 0)) for c in columns), average]
