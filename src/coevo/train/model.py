@@ -79,7 +79,14 @@ def trainable(model: Any, compute: Compute, lora: Lora) -> nn.Module:
     model = load_model(model)
     if compute.gradient_checkpointing:
         # Non-reentrant: works with frozen inputs (LoRA) and needs no input-grad hooks.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # (transformers 5 renamed it; the old name warns there.)
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
     top = top_layers(model, compute.train_layers) if compute.train_layers > 0 else None
     if lora.r > 0:
         model = add_lora(
