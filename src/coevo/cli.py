@@ -291,11 +291,11 @@ def run_command(
         recipe = load(RunConfig, config, overrides or [])
     except ConfigError as exc:
         fail(str(exc))
-    from coevo.methods.runner import execute
-    from coevo.quiet import quiet_libraries
+    try:  # the imports too: torch and transformers take seconds, a Ctrl-C may come then
+        from coevo.methods.runner import execute
+        from coevo.quiet import quiet_libraries
 
-    quiet_libraries()
-    try:
+        quiet_libraries()
         execute(recipe, out)
     except (ConfigError, RunDirError, envs.EnvError, ModelError) as exc:
         fail(str(exc))
@@ -390,13 +390,14 @@ def demo(
     """The quick start: SFT, ETO and failure-agent on the built-in sql env with
     SmolLM2-135M-Instruct, then the tables."""
     from coevo.config import ConfigError
-    from coevo.methods.demo import run_demo
     from coevo.pipeline import RunDirError
     from coevo.policy.models import ModelError
-    from coevo.quiet import quiet_libraries
 
-    quiet_libraries()
-    try:
+    try:  # the imports too: torch and transformers take seconds, a Ctrl-C may come then
+        from coevo.methods.demo import run_demo
+        from coevo.quiet import quiet_libraries
+
+        quiet_libraries()
         tables, page = run_demo(out, overrides or [])
     except (ConfigError, RunDirError, ModelError, envs.EnvError) as exc:
         fail(str(exc))
