@@ -339,14 +339,21 @@ class Conversation:
 
     def prompt_ids(self, max_length: int | None = None) -> list[int]:
         """Ids of the generation prompt: kept turns, then the assistant header."""
-        if self._header is None:
-            self._header = _encode_many(self.tokenizer, [self._generation_header()])[0]
-        kept, _ = self._kept(max_length, len(self._header))
+        kept, _ = self._kept(max_length, len(self._header_ids()))
         ids: list[int] = []
         for k in kept:
             ids.extend(self._pieces[k].ids)
-        ids.extend(self._header)
+        ids.extend(self._header_ids())
         return ids
+
+    def prompt_dropped(self, max_length: int | None = None) -> int:
+        """How many turns `prompt_ids(max_length)` leaves out to fit the budget."""
+        return self._kept(max_length, len(self._header_ids()))[1]
+
+    def _header_ids(self) -> list[int]:
+        if self._header is None:
+            self._header = _encode_many(self.tokenizer, [self._generation_header()])[0]
+        return self._header
 
     def __len__(self) -> int:
         return len(self.turns)

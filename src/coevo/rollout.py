@@ -61,6 +61,8 @@ class _Episode:
     steps: int = 0
     last: StepResult | None = None
     truncated_by_lengths: int = 0
+    prompts_cut: int = 0
+    """Prompts the context budget left turns out of: replies sampled with less context."""
     format_errors: int = 0
     invalid_actions: int = 0
     retried: bool = False
@@ -87,7 +89,8 @@ def rollout(
 
     `envs` is an `EnvPool` (kept open for the caller's next rollout) or a zero-argument env
     factory (a pool is made and closed here). `max_length` caps prompt + reply tokens
-    (default: the policy's context); older exchanges are dropped to fit. `cache` lets a
+    (default: the policy's context); older exchanges are dropped to fit, and the episode's
+    `prompts_cut_by_max_length` counts its replies sampled so. `cache` lets a
     policy that supports sessions keep each episode's key/value cache between steps.
     """
     if samples < 1 or batch_size < 1:
@@ -122,6 +125,7 @@ def rollout(
             for ep in live:
                 try:
                     prompts.append(ep.conversation.prompt_ids(budget))
+                    ep.prompts_cut += ep.conversation.prompt_dropped(budget) > 0
                     waiting.append(ep)
                 except ContextTooLongError as exc:
                     ep.metadata["error"] = f"context: {exc}"
@@ -259,6 +263,7 @@ def _trajectory(ep: _Episode, agent: str, meta: dict[str, Any]) -> Trajectory:
             **meta,
             "seed": ep.seed,
             "replies_cut_by_max_new_tokens": ep.truncated_by_lengths,
+            "prompts_cut_by_max_length": ep.prompts_cut,
             "format_errors": ep.format_errors,
             "invalid_actions": ep.invalid_actions,
             "info": last.info if last is not None else {},

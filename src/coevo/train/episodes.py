@@ -44,8 +44,9 @@ class Episode:
     """Aligned with `input_ids`: the log-prob each agent token was sampled with, 0 elsewhere."""
     advantage: float
     full_context: bool = True
-    """False when the context budget (`max_length`) left turns out: the trainer then sees less
-    context than sampling did, so these sampled log-probs are not this context's."""
+    """False when the context budget (`max_length`) left turns out, here or in a prompt a reply
+    was sampled from: the trainer then sees other context than sampling did, so these sampled
+    log-probs are not this context's."""
 
     @property
     def tokens(self) -> int:
@@ -99,7 +100,10 @@ def episode(t: Trajectory, tokenizer: Any, advantage: float, max_length: int | N
                 "that returns them (Sampling(logprobs=True))."
             )
         logps = [0.0] * len(rendered.input_ids)  # no reply at all: nothing to learn
-    full = rendered.dropped_turns == 0
+    # A prompt is cut at max_length - max_new_tokens, the whole episode at max_length: a
+    # prompt can lose turns that the episode, its last reply short, still holds.
+    sampled_cut = t.metadata.get("prompts_cut_by_max_length", 0)
+    full = rendered.dropped_turns == 0 and not sampled_cut
     return Episode(rendered.input_ids, rendered.action_mask, logps, advantage, full)
 
 

@@ -19,7 +19,8 @@ Each step reads top to bottom:
    on-policy (nothing has changed since sampling), so its ratio is taken as exactly 1 and the
    sampled log-probs are the old log-probs of every later one, where the policy has moved.
    On that first minibatch the sampled log-probs are also compared with the fresh forward
-   (`sampled_logp_gap`, over episodes that kept their whole context): a gap above float
+   (`sampled_logp_gap`, over episodes that kept their whole context, in every prompt they
+   were sampled from too; `context_cut` is the share of the others): a gap above float
    rounding means generation played other weights or another precision than the trainer.
 4. log (`metrics.jsonl`, and the trackers of `tracking.log_with`), checkpoint, next step.
 
@@ -325,8 +326,9 @@ def update(
                     if on_policy:
                         # Nothing changed since sampling: the ratio is exactly 1.
                         old = logps.detach()
-                        # Rows whose context the budget cut were sampled with more context
-                        # than they are scored with here: their gap says nothing.
+                        # Rows whose context the budget cut (here or in a prompt they were
+                        # sampled from) were sampled in another context than they are
+                        # scored in: their gap says nothing.
                         same = mask.bool() & batch["full_context"][:, None]
                         diff = torch.where(same, (logps.detach() - sampled).abs(), 0.0)
                         gap = max(gap, float(diff.max()) if diff.numel() else 0.0)
