@@ -3,6 +3,7 @@ exact resume, LoRA, and a toy reward it certainly learns."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,33 @@ class LetterEnv:
 
     def step(self, action: str) -> StepResult:
         return StepResult("Done.", min(1.0, action.count(LETTER) / 6), True, False, {})
+
+    def expert(self, task: Task) -> list[Turn]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class ChattyEnv:
+    """2 to 4 turns by task, with observations that repeat a word as many times as the task and
+    the step say: the episodes of one batch differ in length and in what they were shown."""
+
+    name = "chatty"
+    instruction_prompt = "Type."
+    max_steps = 4
+
+    def tasks(self, split: str) -> list[Task]:
+        return [Task(f"chatty/{i}", "chatty", split, f"Type {i}.", {"i": i}) for i in range(4)]
+
+    def reset(self, task: Task, *, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        self.i, self.t = task.data["i"], 0
+        return f"Instruction: type{' word' * (3 + 5 * self.i)}.", {}
+
+    def step(self, action: str) -> StepResult:
+        self.t += 1
+        seen = "The word is" + " apple" * (1 + (7 * self.i + 3 * self.t) % 11) + "."
+        return StepResult(seen, float(len(action) % 2), self.t >= 2 + self.i % 3, False, {})
 
     def expert(self, task: Task) -> list[Turn]:
         return []
@@ -145,6 +173,79 @@ def test_the_sampled_logps_equal_a_fresh_forward_and_only_agent_tokens_get_gradi
     grad = logits.grad[:, :-1].abs().sum(-1)  # (batch, seq - 1)
     assert torch.all(grad[~mask] == 0)  # instructions, observations, markup, padding
     assert torch.all(grad[mask] > 0)
+
+
+def quick_to_stop(model_dir: Path):
+    """The nano model with its end-of-turn logit raised: its replies end anywhere from 1 to
+    16 tokens, as a trained agent's do, rather than all at max_new_tokens."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from coevo.render import end_of_turn_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    text = tokenizer("Instruction: type word word. The word is apple.")["input_ids"]
+    with torch.no_grad():
+        hidden = model.model(input_ids=torch.tensor([text])).last_hidden_state[0].mean(0)
+        model.lm_head.weight[end_of_turn_ids(tokenizer)[0]] += 40 * hidden / hidden.norm() ** 2
+    return model, tokenizer
+
+
+def test_multi_turn_batched_rollouts_keep_the_log_probs_a_fresh_forward_gives(nano_model_dir):
+    """Lockstep sampled rollouts of episodes of different lengths and contexts, several turns
+    each, some replies sampled from prompts the budget cut (a prompt must fit in max_length -
+    max_new_tokens) in episodes that still fit in max_length whole: every agent token of
+    every episode that kept its whole context has the log-prob a fresh trainer forward gives,
+    the cut ones are marked and left out, and `sampled_logp_gap` compares the others."""
+    from accelerate import Accelerator
+
+    from coevo.render import render
+
+    model, tokenizer = quick_to_stop(nano_model_dir)
+    settings = config(samples=4, temperature=0.9, kl_coef=0.0, micro_batch_size=4)
+    play = hf_player(nano_model_dir, ChattyEnv, settings, max_length=110)
+    played = play(model, ChattyEnv().tasks("train"), step=1, seed=0)
+    episodes = [episode(t, tokenizer, a, 110) for t, a in zip(played, [1.0, -1.0] * 8, strict=True)]
+    full = [e for e in episodes if e.full_context]
+    assert len(full) >= 8 and len({len(e.input_ids) for e in full}) >= 6
+    assert {t.steps for t, e in zip(played, episodes, strict=True) if e.full_context} >= {2, 3, 4}
+    cut_in_a_prompt = [
+        t.metadata["prompts_cut_by_max_length"] > 0
+        and not render(t, tokenizer, max_length=110).dropped_turns
+        for t in played
+    ]
+    assert any(cut_in_a_prompt)  # what set the gaps of the real runs: now marked as cut
+    assert not any(e.full_context for e, cut in zip(episodes, cut_in_a_prompt, strict=True) if cut)
+
+    batch = collate(episodes, torch.device("cpu"))  # right-padded, as the trainer reads it
+    mask = batch["action_mask"][:, 1:].bool()
+    with torch.no_grad():
+        fresh, _ = AgentLogps(model)(
+            batch["input_ids"], batch["attention_mask"], batch["action_mask"], per_token=True
+        )
+    sampled = batch["old_logps"][:, 1:]
+    same = mask & batch["full_context"][:, None]
+    torch.testing.assert_close(fresh[same], sampled[same], rtol=0, atol=1e-5)
+    assert (fresh - sampled).abs()[mask & ~same].max() > 0.1  # sampled in another context
+
+    def gap(episodes: list) -> float:
+        net = AgentLogps(model)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.0)  # the model stays as it is
+        accelerator = Accelerator(cpu=True)
+        stats = grpo_module.update(
+            net, None, episodes, settings, accelerator, optimizer, seed=0, step=1
+        )
+        return stats["sampled_logp_gap"]
+
+    assert gap(episodes) < 1e-5
+    # It measures: one stored log-prob off by 0.5 in an episode that kept its context shows.
+    k = episodes.index(full[0])
+    at = full[0].action_mask.index(1, 1)
+    off = [*full[0].old_logps]
+    off[at] += 0.5
+    changed = [*episodes]
+    changed[k] = dataclasses.replace(full[0], old_logps=off)
+    assert gap(changed) == pytest.approx(0.5, abs=1e-5)
 
 
 def test_a_step_changes_every_parameter_and_generation_plays_the_updated_weights(
