@@ -227,6 +227,15 @@ def test_multi_turn_batched_rollouts_keep_the_log_probs_a_fresh_forward_gives(na
     same = mask & batch["full_context"][:, None]
     torch.testing.assert_close(fresh[same], sampled[same], rtol=0, atol=1e-5)
     assert (fresh - sampled).abs()[mask & ~same].max() > 0.1  # sampled in another context
+    # With several minibatches the old log-probs enter the ratio: the cut episodes' come from
+    # this context's forward, the others stay as sampled.
+    rescored = collate(
+        grpo_module.rescored(AgentLogps(model), episodes, torch.device("cpu"), 3),
+        torch.device("cpu"),
+    )["old_logps"][:, 1:]
+    torch.testing.assert_close(rescored[mask & ~same], fresh[mask & ~same], rtol=0, atol=1e-5)
+    assert torch.equal(rescored[same], sampled[same])
+    assert torch.equal(rescored[~mask], torch.zeros_like(rescored[~mask]))
 
     def gap(episodes: list) -> float:
         net = AgentLogps(model)

@@ -17,7 +17,9 @@ Each step reads top to bottom:
    minibatch, k3 KL to the reference times `kl_coef`), observations masked. `minibatches` > 1
    or `epochs` > 1 take several optimizer steps per rollout batch; the first minibatch is
    on-policy (nothing has changed since sampling), so its ratio is taken as exactly 1 and the
-   sampled log-probs are the old log-probs of every later one, where the policy has moved.
+   sampled log-probs are the old log-probs of every later one, where the policy has moved
+   (for episodes whose context the budget cut, a no-gradient forward's before the first
+   update: their sampled log-probs are another context's; `rescored`).
    On that first minibatch the sampled log-probs are also compared with the fresh forward
    (`sampled_logp_gap`, over episodes that kept their whole context, in every prompt they
    were sampled from too; `context_cut` is the share of the others): a gap above float
@@ -38,7 +40,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +297,8 @@ def update(
     step: int,
 ) -> dict[str, float]:
     """The optimizer steps of one rollout batch; the step's loss numbers, averaged per token."""
+    if config.minibatches > 1 or config.epochs > 1:
+        episodes = rescored(net, episodes, accelerator.device, config.micro_batch_size)
     rng = random.Random(seed * 1_000_003 + step * 7_919 + 1)
     order = list(range(len(episodes)))
     sums: dict[str, float] = {}
@@ -365,6 +369,28 @@ def update(
     stats["optimizer_steps"] = len(grad_norms)
     stats["sampled_logp_gap"] = gap
     return stats
+
+
+def rescored(
+    net: nn.Module, episodes: Sequence[Episode], device: torch.device, size: int
+) -> list[Episode]:
+    """`episodes` with the old log-probs of those whose context was cut taken from a forward
+    of the context they are trained in (no gradient, before any update). Their sampled
+    log-probs belong to another context, and after the first minibatch the old log-probs
+    enter the ratio; the others keep theirs (sampled, so no second forward)."""
+    cut = [i for i, e in enumerate(episodes) if not e.full_context]
+    out = list(episodes)
+    with torch.no_grad():
+        for start in range(0, len(cut), size):
+            part = cut[start : start + size]
+            batch = collate([episodes[i] for i in part], device)
+            logps, _ = net(
+                batch["input_ids"], batch["attention_mask"], batch["action_mask"], per_token=True
+            )  # (batch, seq - 1): position t scores token t + 1
+            for row, i in enumerate(part):
+                n = len(episodes[i].input_ids)
+                out[i] = replace(episodes[i], old_logps=[0.0, *logps[row, : n - 1].tolist()])
+    return out
 
 
 def split(order: list[int], parts: int) -> list[list[int]]:
