@@ -154,6 +154,13 @@ def test_a_finished_run_grows_by_its_extending_keys_only(tmp_path):
     assert "only iterations may grow" in message
 
 
+def test_a_run_resumes_with_activation_checkpointing_changed(tmp_path):
+    first = {"iterations": 1, "dpo": {"compute": {"gradient_checkpointing": False}}}
+    saved_pipeline(tmp_path, first).stage("explore-1", lambda out: {"n": 1})
+    lighter = {"iterations": 1, "dpo": {"compute": {"gradient_checkpointing": True}}}
+    assert saved_pipeline(tmp_path, lighter).done("explore-1")  # memory only: same run
+
+
 def test_a_setting_added_since_the_run_is_no_change_at_its_default(tmp_path):
     old = {"iterations": 1, "sft": {"lr": 0.1}}
     saved_pipeline(tmp_path, old)

@@ -13,7 +13,9 @@ store (a damaged store moved aside), leaves its stage unfinished, with a one-lin
 the stage runs again.
 
 A finished run continues with a recipe that only extends it (`extends`: more iterations, more
-RFT rounds, more GRPO steps); any other change is refused with the keys that differ.
+RFT rounds, more GRPO steps); a started one resumes with settings that change only its memory
+and time (`FREE_KEYS`: activation checkpointing); any other change is refused with the keys
+that differ.
 """
 
 from __future__ import annotations
@@ -213,7 +215,7 @@ def recipe_changes(
     grown, differ = [], []
     for key in sorted(old.keys() | now.keys()):
         before, after = old.get(key, _MISSING), now.get(key, _MISSING)
-        if before == after:
+        if before == after or _free(key):
             continue
         if before is _MISSING and key in defaults and after == defaults[key]:
             continue  # a setting added since the run was made, at its default
@@ -225,6 +227,15 @@ def recipe_changes(
 
 
 _MISSING = object()
+
+# Settings that change a run's memory and time, never its results (the trained weights are
+# the same: tests/train/test_sft.py), so a started run may resume with them changed: e.g.
+# activation checkpointing turned on for a run that ran out of memory.
+FREE_KEYS = ("compute.gradient_checkpointing",)
+
+
+def _free(key: str) -> bool:
+    return any(key == k or key.endswith(f".{k}") for k in FREE_KEYS)
 
 
 def _grows(before: Any, after: Any) -> bool:

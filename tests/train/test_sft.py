@@ -134,3 +134,19 @@ def test_bad_settings_and_data_get_clear_errors(tmp_path, model_factory, sft_dat
         sft(model_factory(), [], tmp_path)
     with pytest.raises(FileNotFoundError, match="coevo model init"):
         sft(str(tmp_path / "nowhere"), sft_data, tmp_path)
+
+
+def test_activation_checkpointing_changes_memory_not_the_result(tmp_path, model_factory, sft_data):
+    """Why a run may resume with it turned on or off (coevo.pipeline.FREE_KEYS): the weights
+    trained with recomputed activations are the weights trained without."""
+    plain = sft(model_factory(), sft_data, tmp_path / "plain", epochs=1)
+    checkpointed = sft(
+        model_factory(),
+        sft_data,
+        tmp_path / "checkpointed",
+        epochs=1,
+        compute={"gradient_checkpointing": True},
+    )
+    after = checkpointed.model.state_dict()
+    for name, value in plain.model.state_dict().items():
+        torch.testing.assert_close(after[name], value, rtol=0, atol=0)
