@@ -136,7 +136,7 @@ def test_incremental_conversation_matches_one_shot_prompts(tokenizer):
     for k, turn in enumerate(traj.turns):
         conv.append(turn)
         assert conv.prompt_ids() == render_prompt(traj.turns[: k + 1], tokenizer)
-        assert conv.prompt_dropped(len(conv.prompt_ids())) == 0
+        assert conv.prompt(len(conv.prompt_ids()))[1] == 0
         budget = len(conv.prompt_ids()) - 1
         try:
             expected = render_prompt(traj.turns[: k + 1], tokenizer, max_length=budget)
@@ -145,7 +145,7 @@ def test_incremental_conversation_matches_one_shot_prompts(tokenizer):
                 conv.prompt_ids(max_length=budget)
         else:
             assert conv.prompt_ids(max_length=budget) == expected
-            assert conv.prompt_dropped(budget) > 0  # one token less: a pair of turns left out
+            assert conv.prompt(budget)[1] > 0  # one token less: a pair of turns left out
 
 
 def test_end_of_turn_ids_name_the_template_marker(tokenizer):

@@ -81,7 +81,7 @@ class Selection:
             )
         if self.stage is not None:
             known = sorted({*store.stages(), *store.stages("pairs")})
-            if not any(s == self.stage or s.startswith(f"{self.stage}-") for s in known):
+            if not self._stages(known):
                 raise ValueError(
                     f"no stage {self.stage!r} in this run; its stages: {', '.join(known) or 'none'}."
                 )

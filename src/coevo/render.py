@@ -339,21 +339,18 @@ class Conversation:
 
     def prompt_ids(self, max_length: int | None = None) -> list[int]:
         """Ids of the generation prompt: kept turns, then the assistant header."""
-        kept, _ = self._kept(max_length, len(self._header_ids()))
+        return self.prompt(max_length)[0]
+
+    def prompt(self, max_length: int | None = None) -> tuple[list[int], int]:
+        """The generation prompt's ids and how many turns it leaves out to fit the budget."""
+        if self._header is None:
+            self._header = _encode_many(self.tokenizer, [self._generation_header()])[0]
+        kept, dropped = self._kept(max_length, len(self._header))
         ids: list[int] = []
         for k in kept:
             ids.extend(self._pieces[k].ids)
-        ids.extend(self._header_ids())
-        return ids
-
-    def prompt_dropped(self, max_length: int | None = None) -> int:
-        """How many turns `prompt_ids(max_length)` leaves out to fit the budget."""
-        return self._kept(max_length, len(self._header_ids()))[1]
-
-    def _header_ids(self) -> list[int]:
-        if self._header is None:
-            self._header = _encode_many(self.tokenizer, [self._generation_header()])[0]
-        return self._header
+        ids.extend(self._header)
+        return ids, dropped
 
     def __len__(self) -> int:
         return len(self.turns)

@@ -124,8 +124,9 @@ def rollout(
             prompts, waiting, finished = [], [], []
             for ep in live:
                 try:
-                    prompts.append(ep.conversation.prompt_ids(budget))
-                    ep.prompts_cut += ep.conversation.prompt_dropped(budget) > 0
+                    ids, dropped = ep.conversation.prompt(budget)
+                    prompts.append(ids)
+                    ep.prompts_cut += dropped > 0
                     waiting.append(ep)
                 except ContextTooLongError as exc:
                     ep.metadata["error"] = f"context: {exc}"
