@@ -5,7 +5,8 @@ from typing import Literal
 
 import pytest
 
-from coevo.config import ConfigError, load, parse_overrides, save
+from coevo.config import ConfigError, build, load, parse_overrides, save
+from coevo.methods.recipe import RunConfig
 
 
 @dataclass
@@ -58,6 +59,23 @@ def test_defaults_yaml_and_overrides_layer(tmp_path):
 def test_wrong_keys_and_values_name_themselves(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
         load(Recipe, None, overrides)
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"sft": {"batch_size": 0}}, "sft.batch_size must be >= 1, got 0."),
+        ({"dpo": {"beta": -1}}, "dpo.beta must be > 0, got -1.0."),
+        ({"grpo": {"optim": {"warmup_ratio": 2}}}, "grpo.optim.warmup_ratio must be in [0, 1)"),
+        ({"sft": {"checkpoints": {"save_every": 0}}}, "sft.checkpoints.save_every must be >= 1"),
+    ],
+)
+def test_a_trainer_sections_own_check_names_the_recipe_key(section, message):
+    # The trainer configs name themselves (SftConfig.batch_size) when built in Python; in a
+    # recipe the user wrote sft.batch_size, and that is the key the error names.
+    with pytest.raises(ConfigError) as caught:
+        build(RunConfig, section)
+    assert str(caught.value).startswith(message)
 
 
 def test_missing_and_bad_files(tmp_path):

@@ -157,7 +157,11 @@ def build(cls: type[T], values: dict[str, Any], prefix: str = "") -> T:
         except ConfigError:
             raise
         except ValueError as exc:  # a section's own check (e.g. a trainer config's)
-            raise ConfigError(str(exc)) from None
+            message = str(exc)
+            own = f"{cls.__name__}."
+            if prefix and message.startswith(own):  # name the recipe's key: sft.x, not SftConfig.x
+                message = prefix + message[len(own) :]
+            raise ConfigError(message) from None
     return instance
 
 
