@@ -63,9 +63,7 @@ def test_no_tracker_by_default(tmp_path, model_factory, sft_data):
 
 
 def test_a_tracker_that_cannot_log_is_one_sentence_before_training(monkeypatch):
-    with pytest.raises(
-        ConfigError, match="sft.tracking.log_with: unknown tracker 'tensorbord'"
-    ):
+    with pytest.raises(ConfigError, match="sft.tracking.log_with: unknown tracker 'tensorbord'"):
         build(RunConfig, {"sft": {"tracking": {"log_with": "tensorbord"}}})
     import accelerate.tracking
 
