@@ -10,6 +10,7 @@ from coevo.methods.agent_data.signals import (
     forgetting,
     history_of,
     rare,
+    rare_can_fire,
     step_signals,
 )
 from coevo.trajectory import Task, Trajectory, Turn
@@ -74,6 +75,14 @@ def test_rare_patterns_are_below_theta_percent_but_seen():
     (signal,) = rare(step, first_word, theta=6)
     assert signal.detail == {"pattern": "type", "share": 0.05}
     assert signal.task.id == "t/19" and signal.trajectories == (19,)
+
+
+@pytest.mark.parametrize(("n", "theta", "fires"), [(16, 5, False), (20, 5, False), (21, 5, True)])
+def test_rare_can_fire_only_where_one_trajectory_is_under_theta(n, theta, fires):
+    # What the loop warns about: shop's CPU-size GRPO (4 tasks x 4 samples) at theta 5.
+    assert rare_can_fire(n, theta) is fires
+    step = [played(i, 0.0) for i in range(n - 1)] + [played(n, 0.0, ("type[x]",))]
+    assert bool(rare(step, first_word, theta)) is fires
 
 
 def test_a_pattern_in_every_trajectory_is_not_rare():

@@ -37,7 +37,7 @@ from coevo.methods.agent_data.explore import (
     reflect,
     reflection_prompt,
 )
-from coevo.methods.agent_data.signals import KINDS, Signal, step_signals
+from coevo.methods.agent_data.signals import KINDS, Signal, rare_can_fire, step_signals
 from coevo.methods.agent_data.synthesize import synthesize
 from coevo.methods.agent_data.verify import verify
 from coevo.methods.grpo import grpo_stage, interval_ends
@@ -57,6 +57,15 @@ def run_agent_data(run: Run) -> None:
     train = run.tasks("train")
     with _env(run) as env:
         require(env)  # before any training: an env that cannot synthesize says so now
+    n = cfg.grpo.tasks_per_step * cfg.grpo.samples
+    if "rare" in cfg.agent_data.signals and not rare_can_fire(n, cfg.agent_data.theta):
+        from coevo.pipeline import console
+
+        console.print(
+            f"[yellow]agent_data: no rare signal can fire: a step has {n} trajectories "
+            f"(grpo.tasks_per_step x grpo.samples), and one of them is {100 / n:.2g}%, not under "
+            f"agent_data.theta = {cfg.agent_data.theta}%. Raise one of them.[/]"
+        )
     ends = interval_ends(run, cfg.grpo.eval_every, every)
     first = round_start = 0
     for i, until in enumerate(ends, start=1):

@@ -110,6 +110,12 @@ def rare(step: Sequence[Trajectory], pattern: Callable[[str], str], theta: float
     return out
 
 
+def rare_can_fire(trajectories: int, theta: float) -> bool:
+    """Whether a pattern can be rare in a step of `trajectories`: one trajectory in N must be
+    under `theta` percent (at theta 5, a step needs more than 20 trajectories)."""
+    return trajectories * theta / 100 > 1
+
+
 def patterns(t: Trajectory, pattern: Callable[[str], str]) -> list[str]:
     """The action patterns of a trajectory's agent turns, in order (empty ones dropped)."""
     out = []
