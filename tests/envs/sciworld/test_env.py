@@ -282,6 +282,15 @@ def test_hung_jvm_times_out_and_is_replaced(
     assert "This room is called" in observation
 
 
+def test_each_jvm_starts_with_a_heap_cap(env: SciWorldEnv) -> None:
+    # JAVA_TOOL_OPTIONS is how the package's JVM gets its options: read it off the process.
+    environ = Path(f"/proc/{env.sim.pid}/environ").read_bytes().split(b"\0")
+    options = [e for e in environ if e.startswith(b"JAVA_TOOL_OPTIONS=")]
+    assert options and b"-Xmx512m" in options[0]
+    with pytest.raises(EnvError, match="java_heap must be a JVM heap size such as 512m"):
+        SciWorldEnv(java_heap="half")
+
+
 def test_close_stops_the_jvm() -> None:
     env = SciWorldEnv()
     pid = env.sim.pid

@@ -145,6 +145,17 @@ def test_java_tool_options_are_added_then_restored(monkeypatch: pytest.MonkeyPat
     assert "JAVA_TOOL_OPTIONS" not in os.environ
 
 
+def test_jvm_flags_cap_the_heap_unless_told_not_to() -> None:
+    from coevo.envs.sciworld.simulator import DETERMINISM_FLAGS, jvm_flags
+
+    assert jvm_flags("512m", True) == f"-Xmx512m {DETERMINISM_FLAGS}"
+    assert jvm_flags("2g", False) == "-Xmx2g"
+    assert jvm_flags(None, False) == ""
+    for bad in ("512 m", "-1g", "0", "lots"):
+        with pytest.raises(EnvError, match="java_heap"):
+            jvm_flags(bad, False)
+
+
 def test_eto_lists_and_budgets_are_etos() -> None:
     """The numbers of ETO's eval_agent/data/sciworld/ files."""
     sizes = {split: sum(map(len, eto.variations(split).values())) for split in SPLITS}

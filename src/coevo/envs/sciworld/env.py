@@ -27,7 +27,7 @@ from coevo.envs.sciworld.manifest import (
     load_manifest,
     version_dir,
 )
-from coevo.envs.sciworld.simulator import Simulator, SimulatorError
+from coevo.envs.sciworld.simulator import JAVA_HEAP, Simulator, SimulatorError
 from coevo.envs.sciworld.thoughts import thought_for
 from coevo.trajectory import Task, Turn
 
@@ -70,8 +70,11 @@ class SciWorldEnv:
         cache_dir: str | None = None,
         data: str | None = None,
         splits: str = "eto",
+        java_heap: str | None = JAVA_HEAP,
     ) -> None:
         """`max_steps` overrides every type's budget; `timeout` bounds one simulator call (s);
+        `java_heap` caps each JVM's heap (a JVM runs per concurrent episode; null: java's own
+        default, a quarter of the machine's memory);
         `cache_dir` (or `data`, the CLI's --data) is the cache root instead of $COEVO_CACHE
         (the manifest and gold verdicts go to `<root>/sciworld/<version>/`); `splits` is
         `eto` (ETO's published task lists and budgets) or `sampled` (coevo's own draw)."""
@@ -81,7 +84,7 @@ class SciWorldEnv:
             raise EnvError(f"splits must be 'eto' or 'sampled', got {splits!r}.")
         self._override = max_steps
         self.splits = splits
-        self.sim = Simulator(timeout=timeout)
+        self.sim = Simulator(timeout=timeout, heap=java_heap)
         root = cache_dir or data
         try:
             self.manifest, self.manifest_source = load_manifest(self.sim, root, splits=splits)
