@@ -76,6 +76,28 @@ def test_a_row_missing_a_test_column_has_no_average(tmp_path):
     assert next(line for line in md.splitlines() if line.startswith("| grpo |")).endswith(" - |")
 
 
+def test_a_method_evaluated_only_at_its_sft_start_has_no_score_yet(tmp_path):
+    runs = [fake_run(tmp_path, "s", "sft", 0, 0.40, 0.20)]
+    for name, method, config in [
+        ("e", "eto", {}),
+        ("g", "grpo", {"grpo": {"steps": 4}}),
+        ("r", "rft", {"rft": {"rounds": 1}}),
+        ("z", "failure_agent", {"iterations": 0}),  # no iteration asked: eval-0 is its score
+    ]:
+        run = fake_run(tmp_path, name, method, 0, 0.40, 0.20)
+        (run / "stages" / "eval-2" / "manifest.json").unlink()  # still training
+        saved = yaml.safe_load((run / "config.yaml").read_text())
+        (run / "config.yaml").write_text(yaml.safe_dump({**saved, **config}))
+        runs.append(run)
+    tables = compare(runs)
+    assert tables["rows"]["sft"]["shop test_seen"] == [0.4]
+    assert tables["rows"]["eto"] == tables["rows"]["grpo"] == tables["rows"]["rft"] == {}
+    assert tables["rows"]["failure_agent"]["shop test_seen"] == [0.0]
+    assert tables["iterations"]["eto"]["shop test_seen"] == {"0": [0.0]}
+    md = to_markdown(tables)
+    assert "| eto | - | - | - |" in md
+
+
 def test_not_a_run_dir(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a coevo run directory"):
         read_run(tmp_path)

@@ -68,6 +68,7 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
                     value = getattr(scores, stat)
                     if value is not None:  # evals recorded before these stats existed lack them
                         behaviour[run.method][column][iteration][stat].append(value)
+        rows[run.method]  # listed even before its first eval of its own: "-" cells
         for split, scores in sorted(run.final_eval.items()):
             column = f"{run.env} {split}"
             if column not in columns:

@@ -117,10 +117,30 @@ def read_run(run_dir: str | Path) -> RunSummary:
             summary.preferences.append(
                 PreferenceStage(stage, iteration, agent, record.pair_kinds, record.skipped)
             )
+    if summary.final_iteration == 0 and _trains_past_start(config):
+        # Its only eval is of the SFT start (adopted from the SFT run, or its own): not yet a
+        # score of this method. The per-iteration tables still show it, as iteration 0.
+        summary.final_eval = {}
     summary.explorations.sort(key=lambda e: (e.iteration, e.agent))
     summary.preferences.sort(key=lambda p: (p.iteration, p.agent))
     summary.rounds.sort(key=lambda r: r.round)
     return summary
+
+
+def _trains_past_start(config: dict[str, Any]) -> bool:
+    """Whether the run's method trains after the shared SFT start (evaluated as iteration 0):
+    every method but `sft`, unless its recipe asks for no iteration, round or step."""
+    method = config.get("method")
+    if method == "sft":
+        return False
+    if method in ("grpo", "agent_data"):  # recipe.GRPO_METHODS (not imported: it loads torch)
+        section, key = config.get("grpo") or {}, "steps"
+    elif method == "rft":
+        section, key = config.get("rft") or {}, "rounds"
+    else:
+        section, key = config, "iterations"
+    value = section.get(key, 1)
+    return not isinstance(value, int) or value > 0
 
 
 def _threshold(config: dict[str, Any]) -> float:
