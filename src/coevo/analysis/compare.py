@@ -68,12 +68,12 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
                     value = getattr(scores, stat)
                     if value is not None:  # evals recorded before these stats existed lack them
                         behaviour[run.method][column][iteration][stat].append(value)
-        rows[run.method]  # listed even before its first eval of its own: "-" cells
+        cells = rows[run.method]  # listed even before its first eval of its own: "-" cells
         for split, scores in sorted(run.final_eval.items()):
             column = f"{run.env} {split}"
             if column not in columns:
                 columns.append(column)
-            rows[run.method][column].append(float(getattr(scores, metric)))
+            cells[column].append(float(getattr(scores, metric)))
             episodes[run.method][column] += scores.n
         for agent, explorations in run.outcomes.items():
             for shares in explorations:

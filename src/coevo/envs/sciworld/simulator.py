@@ -172,8 +172,6 @@ class Simulator:
     def __init__(
         self, timeout: float = 30.0, start_timeout: float = 120.0, heap: str | None = JAVA_HEAP
     ) -> None:
-        jvm_flags(heap, False)  # a bad size is one sentence, before anything starts
-        self.heap = heap
         self.version = require_package()
         quiet_py4j()
         self.timeout = timeout
@@ -186,6 +184,7 @@ class Simulator:
                 "java does not accept %s: ScienceWorld replays of the same actions may differ",
                 DETERMINISM_FLAGS,
             )
+        self._flags = jvm_flags(heap, self.deterministic)  # a bad size fails before any JVM
         self._raw: Any = None
         self._server: Any = None
         self._pool: ThreadPoolExecutor | None = None
@@ -201,10 +200,9 @@ class Simulator:
     def _start(self) -> None:
         from scienceworld import ScienceWorldEnv
 
-        flags = jvm_flags(self.heap, self.deterministic)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="sciworld-jvm")
         try:
-            with _java_tool_options(flags):
+            with _java_tool_options(self._flags):
                 future = self._pool.submit(ScienceWorldEnv, "", None, 10**9)
                 self._raw = future.result(self.start_timeout)
         except FutureTimeout as exc:

@@ -43,6 +43,7 @@ from coevo.methods.agent_data.verify import verify
 from coevo.methods.grpo import grpo_stage, interval_ends
 from coevo.methods.run import VALID, Run, StageModel
 from coevo.methods.start import shared_start
+from coevo.pipeline import console
 from coevo.policy.base import Policy, Sampling
 from coevo.records import EvolveRecord
 from coevo.store import StoredTrajectory
@@ -59,8 +60,6 @@ def run_agent_data(run: Run) -> None:
         require(env)  # before any training: an env that cannot synthesize says so now
     n = cfg.grpo.tasks_per_step * cfg.grpo.samples
     if "rare" in cfg.agent_data.signals and not rare_can_fire(n, cfg.agent_data.theta):
-        from coevo.pipeline import console
-
         console.print(
             f"[yellow]agent_data: no rare signal can fire: a step has {n} trajectories "
             f"(grpo.tasks_per_step x grpo.samples), and one of them is {100 / n:.2g}%, not under "
