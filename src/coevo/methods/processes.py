@@ -64,6 +64,16 @@ class Processes:
 
             dist.barrier()
 
+    def end(self) -> None:
+        """Wait for every process, then take the process group down: a group left to the
+        interpreter's exit can abort a process whose gloo threads are still joinable."""
+        if self.count > 1:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.barrier()
+                dist.destroy_process_group()
+
     def device(self, configured: str) -> str:
         """The generation device: each process's own GPU when `auto` picks GPUs."""
         if configured != "auto" or self.count == 1:

@@ -107,6 +107,7 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
         finally:
             pool.close()
             store.close()
+    processes.end()
     return out
 
 
