@@ -25,12 +25,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import yaml
 from machine import describe
 
 from coevo.analysis.compare import compare, to_markdown
 from coevo.config import load
 from coevo.methods.recipe import RunConfig
-from coevo.methods.runner import SHARED_STAGES, execute
+from coevo.methods.runner import SHARED_STAGES, adoptable, execute
 from coevo.quiet import quiet_libraries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,18 +42,40 @@ NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
 STAGE_KINDS = ("model", "sft", "explore", "dpo", "grpo", "evolve", "eval")
 
 
-def stage_minutes(run_dir: Path, *, shared: bool) -> dict[str, float]:
+def stage_minutes(run_dir: Path) -> dict[str, float]:
     """Minutes the run's own stages took by kind (sft, explore, dpo, eval, ...), from their
-    manifests (so a resumed grid still reports them); stages adopted from the SFT run
+    manifests (so a resumed grid still reports them); stages adopted from another run
     (`init_from`) are not counted."""
     minutes: dict[str, float] = dict.fromkeys(STAGE_KINDS, 0.0)
     for path in (run_dir / "stages").glob("*/manifest.json"):
-        if shared and path.parent.name in SHARED_STAGES:
-            continue
         manifest = json.loads(path.read_text())
+        if manifest.get("adopted_from"):
+            continue
         kind = (manifest.get("outputs") or {}).get("kind") or path.parent.name.split("-")[0]
         minutes[kind] = minutes.get(kind, 0.0) + manifest.get("seconds", 0.0) / 60
     return minutes
+
+
+def start_from(run_dir: Path, sft_dir: Path, config: RunConfig) -> Path:
+    """The run `run_dir` adopts its start from: the one it was made with; for a new run, a
+    sibling (same env and seed) from which it would adopt more than the SFT start, finished
+    (the target's first exploration, for ETO and the failure-agent methods:
+    `coevo.methods.runner.FIRST_EXPLORATION`); else the SFT run."""
+    saved = run_dir / "config.yaml"
+    if saved.is_file():
+        return Path((yaml.safe_load(saved.read_text()) or {}).get("init_from") or sft_dir)
+    for sibling in sorted(run_dir.parent.glob(f"*-s{config.seed}")):
+        if sibling in (run_dir, sft_dir) or not (sibling / "config.yaml").is_file():
+            continue
+        differ, stages = adoptable(sibling, config)
+        extra = [stage for stage in stages if stage not in SHARED_STAGES]
+        if (
+            not differ
+            and extra
+            and all((sibling / "stages" / stage / "manifest.json").is_file() for stage in extra)
+        ):
+            return sibling
+    return sft_dir
 
 
 def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
@@ -63,15 +86,16 @@ def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
             for method in args.methods:
                 overrides = [f"seed={seed}", *args.overrides]
                 run_dir = args.out / env / f"{method}-s{seed}"
-                if method != "sft":
-                    overrides.append(f"init_from={sft_dir}")
                 if args.report_only:
                     if not (run_dir / "config.yaml").is_file():
                         continue  # not started yet
                 else:
-                    config = load(RunConfig, ROOT / "configs" / env / f"{method}.yaml", overrides)
-                    execute(config, run_dir)
-                minutes = stage_minutes(run_dir, shared=method != "sft")
+                    recipe = ROOT / "configs" / env / f"{method}.yaml"
+                    if method != "sft":
+                        source = start_from(run_dir, sft_dir, load(RunConfig, recipe, overrides))
+                        overrides.append(f"init_from={source}")
+                    execute(load(RunConfig, recipe, overrides), run_dir)
+                minutes = stage_minutes(run_dir)
                 total = sum(minutes.values())
                 kinds = " | ".join(f"{minutes.get(k, 0.0):.1f}" for k in STAGE_KINDS)
                 timings.append(f"| {env} | {method} | {seed} | {kinds} | {total:.1f} |")
@@ -112,8 +136,8 @@ def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]
             ),
             "",
             to_markdown(compare(dirs)),
-            "### Wall time per run and stage kind (minutes, from the stage manifests; RFT, "
-            "ETO and failure-agent exclude the SFT stages they share)",
+            "### Wall time per run and stage kind (minutes, from the stage manifests; a run's "
+            "stages adopted from another run, such as the shared SFT start, are not counted)",
             "",
             "| env | method | seed | " + " | ".join(STAGE_KINDS) + " | total |",
             "| --- | --- | --- |" + " --- |" * (len(STAGE_KINDS) + 1),

@@ -195,6 +195,39 @@ def test_eto_starts_from_the_sft_run(tmp_path):
         execute(recipe(method="eto", seed=5, init_from=str(sft_run)), tmp_path / "eto5", quiet=True)
 
 
+def test_eto_takes_the_first_target_exploration_from_a_failure_agent_run(failure_run, tmp_path):
+    def explored(run: Path) -> list[dict]:
+        with Store(run, create=False) as store:
+            return [t.to_dict() for t in store.trajectories(stage="explore-1-target")]
+
+    taken = execute(
+        recipe(method="eto", iterations=1, init_from=str(failure_run)),
+        tmp_path / "taken",
+        quiet=True,
+    )
+    manifest = json.loads((taken / "stages/explore-1-target/manifest.json").read_text())
+    assert manifest["adopted_from"] == str(failure_run)
+    # What it adopts is what it would have played: ETO on its own plays the same episodes.
+    own = execute(recipe(method="eto", iterations=1), tmp_path / "own", quiet=True)
+    assert "adopted_from" not in json.loads(
+        (own / "stages/explore-1-target/manifest.json").read_text()
+    )
+    assert explored(taken) == explored(own) == explored(failure_run)
+    weights = "stages/dpo-1-target/model/model.safetensors"
+    assert (taken / weights).read_bytes() == (own / weights).read_bytes()
+    # Explored with other settings, or a method without DPO phases: the SFT start only.
+    hotter = {**FAST["explore"], "temperature": 0.5}
+    for name, changes in {
+        "hot": {"method": "eto", "explore": hotter},
+        "rft": {"method": "rft"},
+    }.items():
+        run = execute(
+            recipe(**changes, iterations=0, init_from=str(failure_run)), tmp_path / name, quiet=True
+        )
+        assert (run / "stages/sft-target/manifest.json").is_file()
+        assert not (run / "stages/explore-1-target").exists()
+
+
 def test_a_finished_run_continues_with_more_iterations(tmp_path):
     from coevo.pipeline import RunDirError
 

@@ -35,6 +35,11 @@ from coevo.store import Store, StoreError
 # Stages every method begins with, identical when env, model, sft and seed agree.
 SHARED_STAGES = ("experts", "model", "sft-target", "eval-0")
 SHARED_KEYS = ("env", "model", "sft", "seed", "eval")
+# The target's first exploration plays the SFT policy too, with the explore section's settings
+# and seeds: ETO and the failure-agent methods (those with DPO phases) play the same episodes
+# there, so one of them takes it from a source that explored with the same settings.
+FIRST_EXPLORATION = "explore-1-target"
+EXPLORATION_KEYS = ("explore", "analysis")  # analysis: the hard-negative threshold of its record
 # Keys that only add stages after the finished ones when they grow: a finished run continues
 # with more of them (`extending`).
 EXTENDING = ("iterations", "rft.rounds")
@@ -120,8 +125,9 @@ def env_pool(config: RunConfig) -> EnvPool | RayEnvPool:
     return EnvPool(factory)
 
 
-def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> None:
-    """Start from `source`'s shared stages: link their files and copy their stored rows."""
+def adoptable(source: Path, config: RunConfig) -> tuple[list[str], list[str]]:
+    """(the shared settings in which run `source` differs from `config`, the stages `config`'s
+    run would adopt from it). Only a source's finished stages are adopted (`adopt`)."""
     source_config = source / "config.yaml"
     if not source_config.is_file():
         raise ConfigError(f"init_from: {str(source)!r} is not a run directory (no config.yaml).")
@@ -129,6 +135,17 @@ def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> 
     theirs = json.loads(json.dumps(yaml.safe_load(source_config.read_text())))
     ours = json.loads(json.dumps(to_dict(config)))
     differ = [k for k in SHARED_KEYS if theirs.get(k) != ours.get(k)]
+    stages = list(SHARED_STAGES)
+    explores_alike = all(theirs.get(k) == ours.get(k) for k in EXPLORATION_KEYS)
+    if "dpo" in method(config.method).reads and explores_alike:
+        stages.append(FIRST_EXPLORATION)
+    return differ, stages
+
+
+def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> None:
+    """Start from `source`'s shared stages: link their files and copy their stored rows (and
+    the target's first exploration, where both runs explore with the same settings)."""
+    differ, stages = adoptable(source, config)
     if differ:
         raise ConfigError(
             f"init_from: {str(source)!r} was run with other {', '.join(differ)} settings; "
@@ -136,7 +153,7 @@ def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> 
         )
     source_store = Store(source, create=False)
     try:
-        for stage in SHARED_STAGES:
+        for stage in stages:
             manifest = source / "stages" / stage / "manifest.json"
             if pipeline.done(stage) or not manifest.is_file():
                 continue
