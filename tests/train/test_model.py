@@ -6,13 +6,15 @@ import torch
 
 from coevo.train.batches import collate_sft
 from coevo.train.losses import sequence_logps
-from coevo.train.model import AgentLogps
+from coevo.train.model import AgentLogps, length_groups
 
 
 def test_selected_rows_forward_matches_full_logits_with_padding(model_factory, sft_data):
     model = model_factory()
     batch = collate_sft(sft_data[:5])  # lengths differ: right padding inside the batch
     args = (batch["input_ids"], batch["attention_mask"], batch["action_mask"])
+    # Unlike enough to go through in several groups, each cut to its own longest row.
+    assert len(length_groups(batch["attention_mask"].sum(-1).tolist())) > 1
     net = AgentLogps(model)
     assert net._fast
     fast, tokens = net(*args)
@@ -42,3 +44,32 @@ def test_observation_tokens_as_targets_get_no_gradient(model_factory, sft_data):
     a, _ = net(ids, attention, mask)
     b, _ = net(other, attention, mask)
     assert torch.equal(a, b)
+
+
+def test_length_groups_cover_every_row_once_within_the_waste():
+    lengths = [100, 50, 98, 52, 10, 95]
+    groups = length_groups(lengths, waste=0.1)
+    assert groups == [[0, 2, 5], [3, 1], [4]]
+    for rows in groups:
+        padded = max(lengths[r] for r in rows) * len(rows)
+        assert padded <= 1.1 * sum(lengths[r] for r in rows)
+    assert length_groups([7, 7, 7]) == [[0, 1, 2]]
+    assert length_groups([]) == []
+
+
+def test_per_token_forward_of_a_mixed_batch_equals_each_row_alone(model_factory, sft_data):
+    net = AgentLogps(model_factory())
+    seqs = sft_data[:5]
+    batch = collate_sft(seqs)
+    logps, entropy = net(
+        batch["input_ids"], batch["attention_mask"], batch["action_mask"], per_token=True
+    )
+    width = batch["input_ids"].shape[1] - 1
+    assert logps.shape == entropy.shape == (len(seqs), width)
+    for row, seq in enumerate(seqs):
+        n = len(seq.input_ids)
+        ids, mask = torch.tensor([seq.input_ids]), torch.tensor([seq.action_mask])
+        alone, alone_entropy = net(ids, torch.ones_like(ids), mask, per_token=True)
+        torch.testing.assert_close(logps[row, : n - 1], alone[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(entropy[row, : n - 1], alone_entropy[0], rtol=1e-5, atol=1e-5)
+        assert not logps[row, n - 1 :].any()  # nothing scored on the pads

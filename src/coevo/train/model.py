@@ -154,13 +154,45 @@ class AgentLogps(nn.Module):
         of the model's distribution where it was predicted (detached), both (batch, seq - 1):
         position t scores token t + 1, 0 off the agent tokens.
         """
+        if not _right_padded(attention_mask):
+            return self._score(input_ids, attention_mask, action_mask, per_token)
+        # Under causal attention a real token never sees the pads that follow it, so the mask
+        # changes nothing we score; without it SDPA takes its fused causal kernel, which
+        # neither materialises (heads, seq, seq) weights nor a 4-D mask. Rows of unlike
+        # lengths (a pair's chosen and rejected sides) go through in groups of like length,
+        # each cut to its longest row: pads cost a forward and a backward like real tokens.
+        lengths = attention_mask.sum(-1).tolist()
+        groups = length_groups(lengths)
+        if len(groups) == 1:
+            return self._score(input_ids, None, action_mask, per_token)
+        parts = []
+        for rows in groups:
+            index = torch.tensor(rows, device=input_ids.device)
+            longest = max(lengths[r] for r in rows)
+            ids, action = input_ids[index, :longest], action_mask[index, :longest]
+            parts.append(self._score(ids, None, action, per_token))
+        # Back to the batch's row order (and, per token, its width).
+        order = torch.tensor([r for rows in groups for r in rows], device=input_ids.device)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(len(order), device=order.device)
+        width = input_ids.shape[1] - 1
+        merged = []
+        for values in zip(*parts, strict=True):
+            if per_token:
+                values = [nn.functional.pad(v, (0, width - v.shape[1])) for v in values]
+            merged.append(torch.cat(values).index_select(0, inverse))
+        return merged[0], merged[1]
+
+    def _score(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        action_mask: torch.Tensor,
+        per_token: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward` on one batch as it is (attention_mask None: no pads before a real token)."""
         target = action_mask[:, 1:].to(torch.bool)  # (batch, seq - 1): token t + 1 is scored
         tokens = target.sum(-1)
-        if _right_padded(attention_mask):
-            # Under causal attention a real token never sees the pads that follow it, so the
-            # mask changes nothing we score; without it SDPA takes its fused causal kernel,
-            # which neither materialises (heads, seq, seq) weights nor a 4-D mask.
-            attention_mask = None
         if not self._fast:
             logits = self.model(
                 input_ids=input_ids, attention_mask=attention_mask, use_cache=False
@@ -202,6 +234,23 @@ def _per_token(
         entropy = torch.cat(parts) if parts else logps.detach()
     zeros = logps.new_zeros(target.shape)
     return zeros.masked_scatter(target, logps), zeros.masked_scatter(target, entropy)
+
+
+def length_groups(lengths: list[int], waste: float = 0.1) -> list[list[int]]:
+    """Row indices in groups of like length, longest first: a row joins the group while
+    padding every row to the group's longest costs at most `waste` of its real tokens."""
+    groups: list[list[int]] = []
+    real = 0
+    for row in sorted(range(len(lengths)), key=lambda r: -lengths[r]):
+        if groups:
+            longest = lengths[groups[-1][0]]
+            if longest * (len(groups[-1]) + 1) <= (1 + waste) * (real + lengths[row]):
+                groups[-1].append(row)
+                real += lengths[row]
+                continue
+        groups.append([row])
+        real = lengths[row]
+    return groups
 
 
 def _right_padded(attention_mask: torch.Tensor) -> bool:
