@@ -3,7 +3,8 @@
 `AgentLogps` is the module the loops hand to `accelerator.prepare`: its forward runs the
 decoder, keeps the hidden states of the positions that predict agent tokens and applies the
 LM head to those rows only. Observations are most of a multi-turn trajectory, so this skips
-most of the (tokens, vocab) logits a plain forward would build, in time and in memory.
+most of the (tokens, vocab) logits a plain forward would build, in time and in memory. Rows of
+unlike length go through in groups of like length (`length_groups`), so few pads are computed.
 """
 
 from __future__ import annotations
