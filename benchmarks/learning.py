@@ -10,7 +10,9 @@ overrides say the sizes a run was given, and are written into the results with t
 
 Each (env, seed) first runs SFT; every other method (RFT, ETO, failure-agent, GRPO, agent_data)
 starts from that SFT policy
-(`init_from`), as the paper's methods share one SFT start. Runs go to `--out/<env>/<method>-s<seed>`
+(`init_from`), as the paper's methods share one SFT start; ETO and failure-agent take it from a
+sibling run that has already explored the same tasks alike, adopting that first exploration
+too (`start_from`). Runs go to `--out/<env>/<method>-s<seed>`
 and resume when the script is rerun. The tables (the paper's Table 3 and Table 2 layouts) and
 the wall time of every run are written to benchmarks/results/learning.md, keeping its notes
 section (what was tried) between the `notes` markers.
