@@ -25,6 +25,7 @@ import json
 import re
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -92,11 +93,11 @@ def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
                     if not (run_dir / "config.yaml").is_file():
                         continue  # not started yet
                 else:
-                    recipe = ROOT / "configs" / env / f"{method}.yaml"
+                    config = load(RunConfig, ROOT / "configs" / env / f"{method}.yaml", overrides)
                     if method != "sft":
-                        source = start_from(run_dir, sft_dir, load(RunConfig, recipe, overrides))
-                        overrides.append(f"init_from={source}")
-                    execute(load(RunConfig, recipe, overrides), run_dir)
+                        source = start_from(run_dir, sft_dir, config)
+                        config = replace(config, init_from=str(source))
+                    execute(config, run_dir)
                 minutes = stage_minutes(run_dir)
                 total = sum(minutes.values())
                 kinds = " | ".join(f"{minutes.get(k, 0.0):.1f}" for k in STAGE_KINDS)

@@ -155,14 +155,14 @@ class AgentLogps(nn.Module):
         of the model's distribution where it was predicted (detached), both (batch, seq - 1):
         position t scores token t + 1, 0 off the agent tokens.
         """
-        if not _right_padded(attention_mask):
+        lengths = _right_padded_lengths(attention_mask)
+        if lengths is None:
             return self._score(input_ids, attention_mask, action_mask, per_token)
         # Under causal attention a real token never sees the pads that follow it, so the mask
         # changes nothing we score; without it SDPA takes its fused causal kernel, which
         # neither materialises (heads, seq, seq) weights nor a 4-D mask. Rows of unlike
         # lengths (a pair's chosen and rejected sides) go through in groups of like length,
         # each cut to its longest row: pads cost a forward and a backward like real tokens.
-        lengths = attention_mask.sum(-1).tolist()
         groups = length_groups(lengths)
         if len(groups) == 1:
             return self._score(input_ids, None, action_mask, per_token)
@@ -254,11 +254,14 @@ def length_groups(lengths: list[int], waste: float = 0.1) -> list[list[int]]:
     return groups
 
 
-def _right_padded(attention_mask: torch.Tensor) -> bool:
-    """True when every row is ones then zeros (left padding or holes need the real mask)."""
+def _right_padded_lengths(attention_mask: torch.Tensor) -> list[int] | None:
+    """Each row's length when every row is ones then zeros; None when some row has left
+    padding or holes (those need the real mask)."""
     lengths = attention_mask.sum(-1, keepdim=True)  # (batch, 1)
     positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
-    return bool(torch.equal(attention_mask.to(torch.bool), positions < lengths))
+    if not torch.equal(attention_mask.to(torch.bool), positions < lengths):
+        return None
+    return lengths.squeeze(1).tolist()
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:
