@@ -269,6 +269,55 @@ def test_sessions_survive_rows_leaving_the_batch(nano_model_dir):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-9)
 
 
+def test_unlike_new_parts_are_fed_in_groups_and_give_what_each_row_gives_alone(nano_model_dir):
+    """A long page, a one-line error and a new episode in one call: the prefill runs in
+    groups of like length, and every row samples what it samples alone, with no cache."""
+    from coevo.policy.hf import HFPolicy
+    from coevo.render import render_prompt
+    from coevo.trajectory import Turn
+
+    policy = HFPolicy(nano_model_dir, dtype="float64")
+    prefills = []
+    policy.model.register_forward_pre_hook(
+        lambda _, args, kwargs: (
+            prefills.append(kwargs["input_ids"].shape) if kwargs["input_ids"].shape[1] > 1 else None
+        ),
+        with_kwargs=True,
+    )
+    sampling = Sampling(temperature=1.0, max_new_tokens=8, logprobs=True, stop=())
+    words = ["fig", "kiwi", "plum", "pear", "lime", "date"]
+    firsts = [[Turn("user", f"Type {w}.")] for w in words]
+    keys, seeds = [f"e{i}" for i in range(len(words))], list(range(len(words)))
+    out = policy.generate([render_prompt(t, policy.tokenizer) for t in firsts], sampling,
+                          seeds=seeds, sessions=keys)  # fmt: skip
+    page = "Observation: " + " ".join(words * 12)
+    observations = [page, "Observation: no.", page, "Observation: no.", "Observation: a b c."]
+    turns = [
+        [*t, Turn("assistant", c.text), Turn("user", o)]
+        for t, c, o in zip(firsts, out, observations, strict=False)
+    ] + [[Turn("user", "Type yam.")]]  # a new episode joins, nothing cached
+    prompts = [render_prompt(t, policy.tokenizer) for t in turns]
+    keys[-1] = "new"
+    prefills.clear()
+    again = policy.generate(prompts, sampling, seeds=seeds, sessions=keys)
+    assert len(prefills) > 1  # several groups
+    assert sum(rows for rows, _ in prefills) == len(prompts)  # each row fed once
+    for prompt, seed, got in zip(prompts, seeds, again, strict=True):
+        (alone,) = policy.generate([prompt], sampling, seeds=[seed])
+        assert got.token_ids == alone.token_ids
+        assert got.logprobs == pytest.approx(alone.logprobs, abs=1e-9)
+    # The sessions the grouped call kept hold the right keys and values: a next step on them
+    # samples what a fresh full prompt does.
+    turns = [[*t, Turn("assistant", c.text), Turn("user", "Observation: ok.")]
+             for t, c in zip(turns, again, strict=True)]  # fmt: skip
+    prompts = [render_prompt(t, policy.tokenizer) for t in turns]
+    third = policy.generate(prompts, sampling, seeds=seeds, sessions=keys)
+    fresh = policy.generate(prompts, sampling, seeds=seeds)
+    assert [c.token_ids for c in third] == [c.token_ids for c in fresh]
+    for a, b in zip(third, fresh, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-9)
+
+
 def test_sampled_ids_and_logprobs_reach_the_trajectory_and_match_a_fresh_forward(nano_model_dir):
     """What GRPO needs: the trajectory keeps what was sampled, and a forward pass over the
     rendered ids gives back the log-probs the policy sampled with (no re-tokenisation drift)."""

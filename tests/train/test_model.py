@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from coevo.lengths import length_groups
 from coevo.train.batches import collate_sft
 from coevo.train.losses import sequence_logps
-from coevo.train.model import AgentLogps, length_groups
+from coevo.train.model import AgentLogps
 
 
 def test_selected_rows_forward_matches_full_logits_with_padding(model_factory, sft_data):
@@ -44,17 +45,6 @@ def test_observation_tokens_as_targets_get_no_gradient(model_factory, sft_data):
     a, _ = net(ids, attention, mask)
     b, _ = net(other, attention, mask)
     assert torch.equal(a, b)
-
-
-def test_length_groups_cover_every_row_once_within_the_waste():
-    lengths = [100, 50, 98, 52, 10, 95]
-    groups = length_groups(lengths, waste=0.1)
-    assert groups == [[0, 2, 5], [3, 1], [4]]
-    for rows in groups:
-        padded = max(lengths[r] for r in rows) * len(rows)
-        assert padded <= 1.1 * sum(lengths[r] for r in rows)
-    assert length_groups([7, 7, 7]) == [[0, 1, 2]]
-    assert length_groups([]) == []
 
 
 def test_per_token_forward_of_a_mixed_batch_equals_each_row_alone(model_factory, sft_data):

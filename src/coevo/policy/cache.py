@@ -1,8 +1,9 @@
 """Key/value caches for decoding: room reserved for new tokens, and per-episode sessions.
 
-`new_cache` gives a transformers `DynamicCache` whose full-attention layers write new
-keys/values into reserved room, already holding each row's cached prefix; `Session` is what
-`HFPolicy` keeps per episode between steps.
+`prefix_buffers` lays a batch's cached prefixes out side by side and `cache_over` makes a
+transformers `DynamicCache` over them whose layers write new keys/values into reserved room
+(or into row slices, for a prefill fed in groups); `new_cache` serves models with other layer
+kinds. `Session` is what `HFPolicy` keeps per episode between steps.
 """
 
 from __future__ import annotations
@@ -80,46 +81,104 @@ def _growing_layer_class() -> type:
     return GrowingLayer
 
 
+@dataclass(frozen=True)
+class KvLayout:
+    """What a model's key/value cache holds per layer: (rows, kv_heads, slots, head_dim)."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+
+
+def kv_layout(config: Any) -> KvLayout | None:
+    """The layout of a model whose every layer keeps a plain growing cache (full attention),
+    from its config; None for other models (sliding-window layers, or a config that does not
+    state its head sizes)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    layers = DynamicCache(config=config).layers
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None)
+    if head_dim is None and heads:
+        head_dim = getattr(config, "hidden_size", 0) // heads
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    if not kv_heads or not head_dim:
+        return None
+    return KvLayout(len(layers), kv_heads, head_dim)
+
+
+def prefix_buffers(
+    layout: KvLayout,
+    prefixes: list[list[tuple[torch.Tensor, torch.Tensor]] | None],
+    ends: list[int],
+    room: int,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer (keys, values), (rows, kv_heads, room, head_dim): row i holds its prefix
+    (per layer (kv_heads, tokens, head_dim), or None for nothing cached) ending at slot
+    `ends[i]`, zeros before it. The zeros are masked by the caller but must be finite, since
+    0 * NaN is NaN in attention; slots from `ends[i]` on are left for the model to write."""
+    shape = (len(prefixes), layout.kv_heads, room, layout.head_dim)
+    buffers = []
+    for layer in range(layout.layers):
+        keys = torch.empty(shape, dtype=dtype, device=device)
+        values = torch.empty(shape, dtype=dtype, device=device)
+        for row, (prefix, end) in enumerate(zip(prefixes, ends, strict=True)):
+            start = end - (prefix[layer][0].shape[1] if prefix else 0)
+            keys[row, :, :start] = 0
+            values[row, :, :start] = 0
+            if prefix:
+                keys[row, :, start:end] = prefix[layer][0]
+                values[row, :, start:end] = prefix[layer][1]
+        buffers.append((keys, values))
+    return buffers
+
+
+def cache_over(
+    config: Any, buffers: list[tuple[torch.Tensor, torch.Tensor]], length: int, reserve: int
+) -> Any:
+    """A DynamicCache of growing layers over `buffers` (from `prefix_buffers`, or row slices
+    of them: the model then writes into those rows in place), their first `length` slots
+    filled; a layer that needs more room than the buffers have copies into larger ones."""
+    from transformers import DynamicCache
+
+    growing = _growing_layer_class()
+    cache = DynamicCache(config=config)
+    cache.layers = [growing(reserve) for _ in buffers]
+    for layer, (keys, values) in zip(cache.layers, buffers, strict=True):
+        layer.adopt(keys, values, length)
+    return cache
+
+
 def new_cache(
     config: Any,
     reserve: int,
     prefixes: list[list[tuple[torch.Tensor, torch.Tensor]] | None] | None = None,
     width: int = 0,
 ) -> Any:
-    """A DynamicCache whose full-attention layers fill reserved room instead of concatenating.
-
-    With `prefixes` (one per batch row: per-layer (keys, values) of shape
-    (kv_heads, tokens, head_dim), or None for a row with nothing cached) the cache starts
-    `width` slots long, each row's prefix right-aligned in them and zeros before it; the
-    zeros are masked by the caller but must be finite, since 0 * NaN is NaN in attention.
-    """
+    """A DynamicCache for models that `kv_layout` does not describe (sliding-window layers
+    keep their own behaviour): with `prefixes` (as `prefix_buffers` takes them) it starts
+    `width` slots long, each row's prefix right-aligned in them and zeros before it."""
     from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer
 
     cache = DynamicCache(config=config)
-    growing = None
-    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
-        growing = _growing_layer_class()
-        cache.layers = [growing(reserve) for _ in cache.layers]
-    # sliding-window or other layer kinds keep their own behaviour
     donor = next((p for p in prefixes or [] if p), None)
     if not width or donor is None:
         return cache
-    room = width + reserve if growing is not None else width
     for layer, (k0, v0) in enumerate(donor):
-        keys = k0.new_empty((len(prefixes), k0.shape[0], room, k0.shape[-1]))
-        values = v0.new_empty((len(prefixes), v0.shape[0], room, v0.shape[-1]))
+        keys = k0.new_zeros((len(prefixes), k0.shape[0], width, k0.shape[-1]))
+        values = v0.new_zeros((len(prefixes), v0.shape[0], width, v0.shape[-1]))
         for row, prefix in enumerate(prefixes):
-            start = width - (prefix[layer][0].shape[1] if prefix else 0)
-            keys[row, :, :start] = 0
-            values[row, :, :start] = 0
             if prefix:
-                keys[row, :, start:width] = prefix[layer][0]
-                values[row, :, start:width] = prefix[layer][1]
-        if growing is not None:
-            cache.layers[layer].adopt(keys, values, width)
-        else:
-            cache.update(keys, values, layer)
+                start = width - prefix[layer][0].shape[1]
+                keys[row, :, start:] = prefix[layer][0]
+                values[row, :, start:] = prefix[layer][1]
+        cache.update(keys, values, layer)
     return cache
 
 

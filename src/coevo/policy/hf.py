@@ -16,8 +16,16 @@ from typing import Any
 
 import torch
 
+from coevo.lengths import length_groups
 from coevo.policy.base import Completion, PolicyError, Sampling, cut_at_stop
-from coevo.policy.cache import Session, common_prefix, new_cache
+from coevo.policy.cache import (
+    Session,
+    cache_over,
+    common_prefix,
+    kv_layout,
+    new_cache,
+    prefix_buffers,
+)
 from coevo.policy.sample import choose
 from coevo.render import RenderError, check_chat_template, end_of_turn_ids
 
@@ -107,6 +115,10 @@ class HFPolicy:
         self.stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=self.device)
         self.max_sessions = max_sessions
         self._sessions: dict[Hashable, Session] = {}
+        self._layout = kv_layout(self.model.config)
+        # Prefill groups: on a CPU a pad costs what a token costs; on a GPU padding is
+        # nearly free next to another forward's launches, so all rows go in one.
+        self.prefill_waste = 0.1 if self.device.type == "cpu" else float("inf")
 
     @staticmethod
     def _with_adapter(model: Any, adapter: Path, merge: bool) -> Any:
@@ -147,12 +159,12 @@ class HFPolicy:
             raise ValueError("Every prompt needs at least one token; build it with render_prompt.")
         prompts = [list(p) for p in prompts]
         generators = self._generators(n, sampling, seeds)
-        cache, attention, logits = self._prefill(prompts, sessions, sampling.max_new_tokens)
-        next_position = torch.tensor([[len(p)] for p in prompts], device=self.device)  # (batch, 1)
+        cache, attention, logits, order = self._prefill(prompts, sessions, sampling.max_new_tokens)
+        next_position = torch.tensor([[len(prompts[i])] for i in order], device=self.device)
 
         # Batch row -> prompt index, None once finished. Dropping rows copies the whole cache,
         # so finished rows are only pruned once they are a quarter of the batch.
-        rows: list[int | None] = list(range(n))
+        rows: list[int | None] = list(order)
         viewing: list[Hashable] = []  # sessions kept since the last prune: views of `cache`
         live = n
         tokens: list[list[int]] = [[] for _ in range(n)]
@@ -212,14 +224,17 @@ class HFPolicy:
 
     def _prefill(
         self, prompts: list[list[int]], sessions: Sequence[Hashable] | None, max_new_tokens: int
-    ) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        """Run the prompts' uncached tokens; returns the cache, attention mask, next logits.
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, list[int]]:
+        """Run the prompts' uncached tokens; returns the cache, attention mask, next logits
+        and the batch's row order (batch row -> prompt index).
 
-        Every row feeds its last `width` tokens (the longest uncached part in the batch), so a
-        row whose new part is shorter runs a few cached tokens again instead of pads. Each
-        row's real tokens are then contiguous and right-aligned, [pad | cached | fed], which
-        lets `_keep_session` keep a view rather than a copy. Positions count real tokens only,
-        as they would unbatched.
+        Rows are fed in groups of like uncached length (`length_groups`: a long page beside
+        a one-line error message need not share a width), every row of a group its group's
+        longest uncached part, so a row whose part is shorter runs a few cached tokens again
+        instead of pads. Each row's real tokens are then contiguous and right-aligned in one
+        cache, [pad | cached | fed], whichever group fed it: decoding goes on over the whole
+        batch, and `_keep_session` keeps a view rather than a copy. Positions count real
+        tokens only, as they would unbatched.
         """
         n = len(prompts)
         entries = [self._sessions.get(k) for k in sessions] if sessions else [None] * n
@@ -228,34 +243,78 @@ class HFPolicy:
             if entry is not None:
                 same = common_prefix(entry.ids, prompts[i])
                 reuse[i] = min(same, len(prompts[i]) - 1)  # the last token must run: logits
-        width = max(len(p) - r for p, r in zip(prompts, reuse, strict=True))
-        cached = [max(len(p) - width, 0) for p in prompts]  # <= reuse, by the choice of width
-        cached_width = max(cached)
-        total = cached_width + width
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)  # (batch, fed)
-        positions = torch.zeros((n, width), dtype=torch.long)
-        attention = torch.zeros((n, total), dtype=torch.long)  # (batch, slots)
-        for i, (prompt, c) in enumerate(zip(prompts, cached, strict=True)):
-            fed = prompt[c:]
-            ids[i, width - len(fed) :] = torch.as_tensor(fed, dtype=torch.long)
-            positions[i, width - len(fed) :] = torch.arange(c, len(prompt))
-            attention[i, total - len(prompt) :] = 1
-        prefixes = [
-            [(k[:, :c], v[:, :c]) for k, v in entry.kv] if c else None
-            for entry, c in zip(entries, cached, strict=True)
-        ]
-        cache = new_cache(
-            self.model.config, width + max_new_tokens + 1, prefixes=prefixes, width=cached_width
+        uncached = [len(p) - r for p, r in zip(prompts, reuse, strict=True)]
+        groups = (
+            length_groups(uncached, self.prefill_waste)
+            if self._layout is not None
+            else [list(range(n))]
         )
-        logits = self.model(
+        order = [i for rows in groups for i in rows]
+        fed = {i: max(uncached[j] for j in rows) for rows in groups for i in rows}
+        total = max(len(p) for p in prompts)  # slots every row's real tokens end at
+        # Cached tokens kept: at most `reuse`, by the choice of each group's width.
+        cached = [max(len(prompts[i]) - fed[i], 0) for i in order]
+        prefixes = [
+            [(k[:, :c], v[:, :c]) for k, v in entries[i].kv] if c else None
+            for i, c in zip(order, cached, strict=True)
+        ]
+        reserve = max_new_tokens + 1
+        if self._layout is None:
+            width = fed[order[0]]
+            cache = new_cache(self.model.config, reserve, prefixes, width=total - width)
+            logits = self._feed([prompts[i] for i in order], cached, width, total, cache)
+        else:
+            buffers = prefix_buffers(
+                self._layout,
+                prefixes,
+                [total - fed[i] for i in order],
+                total + reserve,
+                dtype=self.model.dtype,
+                device=self.device,
+            )
+            parts, start = [], 0
+            for rows in groups:
+                stop = start + len(rows)
+                width = fed[rows[0]]
+                # This group's rows of the buffers: the model writes their keys/values there.
+                part = cache_over(
+                    self.model.config,
+                    [(k[start:stop], v[start:stop]) for k, v in buffers],
+                    total - width,
+                    reserve=0,
+                )
+                batch = [prompts[i] for i in rows]
+                parts.append(self._feed(batch, cached[start:stop], width, total, part))
+                start = stop
+            cache = cache_over(self.model.config, buffers, total, reserve)
+            logits = torch.cat(parts)
+        attention = torch.zeros((n, total), dtype=torch.long)  # (batch, slots)
+        for b, i in enumerate(order):
+            attention[b, total - len(prompts[i]) :] = 1
+        return cache, attention.to(self.device), logits, order
+
+    def _feed(
+        self, prompts: list[list[int]], cached: list[int], width: int, total: int, cache: Any
+    ) -> torch.Tensor:
+        """Run each prompt's tokens after its first `cached` (its last `width` at most,
+        right-aligned) on a cache holding the cached ones; returns the next logits."""
+        n = len(prompts)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)  # (rows, fed)
+        positions = torch.zeros((n, width), dtype=torch.long)
+        attention = torch.zeros((n, total), dtype=torch.long)  # (rows, slots)
+        for row, (prompt, c) in enumerate(zip(prompts, cached, strict=True)):
+            part = prompt[c:]
+            ids[row, width - len(part) :] = torch.as_tensor(part, dtype=torch.long)
+            positions[row, width - len(part) :] = torch.arange(c, len(prompt))
+            attention[row, total - len(prompt) :] = 1
+        return self.model(
             input_ids=ids.to(self.device),
             attention_mask=attention.to(self.device),
             position_ids=positions.to(self.device),
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
-        ).logits[:, -1, :]  # (batch, vocab)
-        return cache, attention.to(self.device), logits
+        ).logits[:, -1, :]  # (rows, vocab)
 
     def _keep_session(self, key: Hashable, ids: list[int], cache: Any, row: int) -> None:
         # The row's real tokens are the last len(ids) slots of the cache (see _prefill).

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from coevo.lengths import length_groups
 from coevo.train.losses import sequence_logps, token_logps
 from coevo.train.settings import Compute, Lora
 
@@ -235,23 +236,6 @@ def _per_token(
         entropy = torch.cat(parts) if parts else logps.detach()
     zeros = logps.new_zeros(target.shape)
     return zeros.masked_scatter(target, logps), zeros.masked_scatter(target, entropy)
-
-
-def length_groups(lengths: list[int], waste: float = 0.1) -> list[list[int]]:
-    """Row indices in groups of like length, longest first: a row joins the group while
-    padding every row to the group's longest costs at most `waste` of its real tokens."""
-    groups: list[list[int]] = []
-    real = 0
-    for row in sorted(range(len(lengths)), key=lambda r: -lengths[r]):
-        if groups:
-            longest = lengths[groups[-1][0]]
-            if longest * (len(groups[-1]) + 1) <= (1 + waste) * (real + lengths[row]):
-                groups[-1].append(row)
-                real += lengths[row]
-                continue
-        groups.append([row])
-        real = lengths[row]
-    return groups
 
 
 def _right_padded_lengths(attention_mask: torch.Tensor) -> list[int] | None:
