@@ -58,6 +58,7 @@ from coevo.trajectory import Turn
 
 RESULTS = Path(__file__).parent / "results" / "rollout_speed.md"
 PRETRAINED_HEADING = "## Pretrained model: "
+WORKERS_HEADING = "## Env workers"
 
 
 def one_at_a_time(policy, env, tasks, sampling, seed):
@@ -256,7 +257,7 @@ def workers_main(args: argparse.Namespace) -> None:
     print(setup, machine, *lines, f"identical episodes: {same}", sep="\n")
     if not args.no_write:
         write_section(
-            "## Env workers\n\n"
+            f"{WORKERS_HEADING}\n\n"
             f"`python benchmarks/rollout_speed.py --workers {args.workers}`: the same lockstep "
             "rollout with the envs stepped in this process against the envs in Ray worker "
             "processes (`rollout.workers`).\n\n"
@@ -308,8 +309,11 @@ def write_results(chunks: list[str]) -> None:
 
 
 def write_top(top: str) -> None:
-    """Replace the top of the file and its notes; keep the pretrained models' sections."""
-    kept = [c for c in results_sections() if c.startswith(PRETRAINED_HEADING)]
+    """Replace the top of the file and its notes; keep the pretrained models' and the env
+    workers' sections."""
+    kept = [
+        c for c in results_sections() if c.startswith((PRETRAINED_HEADING, WORKERS_HEADING))
+    ]
     write_results([top, *kept])
 
 
