@@ -311,9 +311,7 @@ def write_results(chunks: list[str]) -> None:
 def write_top(top: str) -> None:
     """Replace the top of the file and its notes; keep the pretrained models' and the env
     workers' sections."""
-    kept = [
-        c for c in results_sections() if c.startswith((PRETRAINED_HEADING, WORKERS_HEADING))
-    ]
+    kept = [c for c in results_sections() if c.startswith((PRETRAINED_HEADING, WORKERS_HEADING))]
     write_results([top, *kept])
 
 
