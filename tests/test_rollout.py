@@ -269,14 +269,20 @@ def test_sessions_survive_rows_leaving_the_batch(nano_model_dir):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-9)
 
 
-def test_unlike_new_parts_are_fed_in_groups_and_give_what_each_row_gives_alone(nano_model_dir):
+@pytest.mark.parametrize("layout", [True, False])
+def test_unlike_new_parts_are_fed_in_groups_and_give_what_each_row_gives_alone(
+    nano_model_dir, layout
+):
     """A long page, a one-line error and a new episode in one call: the prefill runs in
-    groups of like length, and every row samples what it samples alone, with no cache."""
+    groups of like length, and every row samples what it samples alone, with no cache. A
+    model whose cache layout is not known (sliding-window layers) feeds all rows at once."""
     from coevo.policy.hf import HFPolicy
     from coevo.render import render_prompt
     from coevo.trajectory import Turn
 
     policy = HFPolicy(nano_model_dir, dtype="float64")
+    if not layout:
+        policy._layout = None
     prefills = []
     policy.model.register_forward_pre_hook(
         lambda _, args, kwargs: (
@@ -300,7 +306,7 @@ def test_unlike_new_parts_are_fed_in_groups_and_give_what_each_row_gives_alone(n
     keys[-1] = "new"
     prefills.clear()
     again = policy.generate(prompts, sampling, seeds=seeds, sessions=keys)
-    assert len(prefills) > 1  # several groups
+    assert (len(prefills) > 1) == layout  # several groups
     assert sum(rows for rows, _ in prefills) == len(prompts)  # each row fed once
     for prompt, seed, got in zip(prompts, seeds, again, strict=True):
         (alone,) = policy.generate([prompt], sampling, seeds=[seed])

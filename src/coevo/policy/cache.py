@@ -157,7 +157,6 @@ def cache_over(
 
 def new_cache(
     config: Any,
-    reserve: int,
     prefixes: list[list[tuple[torch.Tensor, torch.Tensor]] | None] | None = None,
     width: int = 0,
 ) -> Any:

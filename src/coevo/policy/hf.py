@@ -261,7 +261,7 @@ class HFPolicy:
         reserve = max_new_tokens + 1
         if self._layout is None:
             width = fed[order[0]]
-            cache = new_cache(self.model.config, reserve, prefixes, width=total - width)
+            cache = new_cache(self.model.config, prefixes, width=total - width)
             logits = self._feed([prompts[i] for i in order], cached, width, total, cache)
         else:
             buffers = prefix_buffers(
