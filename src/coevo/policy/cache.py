@@ -169,15 +169,12 @@ def new_cache(
     donor = next((p for p in prefixes or [] if p), None)
     if not width or donor is None:
         return cache
-    for layer, (k0, v0) in enumerate(donor):
-        keys = k0.new_zeros((len(prefixes), k0.shape[0], width, k0.shape[-1]))
-        values = v0.new_zeros((len(prefixes), v0.shape[0], width, v0.shape[-1]))
-        for row, prefix in enumerate(prefixes):
-            if prefix:
-                start = width - prefix[layer][0].shape[1]
-                keys[row, :, start:] = prefix[layer][0]
-                values[row, :, start:] = prefix[layer][1]
-        cache.update(keys, values, layer)
+    keys, _ = donor[0]  # (kv_heads, tokens, head_dim)
+    layout = KvLayout(len(donor), keys.shape[0], keys.shape[-1])
+    ends = [width] * len(prefixes)
+    buffers = prefix_buffers(layout, prefixes, ends, width, dtype=keys.dtype, device=keys.device)
+    for layer, (k, v) in enumerate(buffers):
+        cache.update(k, v, layer)
     return cache
 
 
