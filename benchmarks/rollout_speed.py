@@ -61,6 +61,23 @@ PRETRAINED_HEADING = "## Pretrained model: "
 WORKERS_HEADING = "## Env workers"
 
 
+class TokensRun:
+    """The tokens a model runs (rows x width of every forward, pads included), counted by a
+    forward pre-hook: what each side asks of the model, next to what it takes in time."""
+
+    def __init__(self, model) -> None:
+        self.tokens = 0
+        self._hook = model.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    def _count(self, module, args, kwargs) -> None:
+        ids = kwargs.get("input_ids")
+        self.tokens += (ids if ids is not None else args[0]).numel()
+
+    def take(self) -> int:
+        tokens, self.tokens = self.tokens, 0
+        return tokens
+
+
 def one_at_a_time(policy, env, tasks, sampling, seed):
     """ETO's exploration: each episode alone, the whole prompt rendered and sent every step."""
     budget = policy.max_context - sampling.max_new_tokens  # as `rollout` keeps its prompts
@@ -127,6 +144,7 @@ def main() -> None:
         policy = HFPolicy(model_dir, dtype="float32", device="cpu")
     sampling = Sampling(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     load_before = os.getloadavg()
+    counter = TokensRun(policy.model)
 
     with EnvPool(lambda: make("shop")) as pool:
         started = [pool.acquire() for _ in range(min(args.batch_size, len(tasks)))]
@@ -137,12 +155,14 @@ def main() -> None:
             policy, pool, tasks, sampling=sampling, batch_size=args.batch_size, seed=0
         )
         lockstep_s = time.perf_counter() - t0
+    lock_tokens = counter.take()
     lock_steps = sum(t.steps for t in trajectories)
     lock_reward = sum(t.reward for t in trajectories) / len(trajectories)
 
     t0 = time.perf_counter()
     rewards, seq_steps = one_at_a_time(policy, env, tasks, sampling, seed=0)
     sequential_s = time.perf_counter() - t0
+    seq_tokens = counter.take()
     load_after = os.getloadavg()
 
     n = len(tasks)
@@ -150,16 +170,20 @@ def main() -> None:
     speedup = lock_eps / seq_eps
     params = sum(p.numel() for p in policy.model.parameters())
     rows = [
-        ("lockstep (rollout)", lockstep_s, lock_eps, lock_steps, lock_reward),
-        ("one at a time (ETO)", sequential_s, seq_eps, seq_steps, sum(rewards) / n),
+        ("lockstep (rollout)", lockstep_s, lock_eps, lock_steps, lock_tokens, lock_reward),
+        ("one at a time (ETO)", sequential_s, seq_eps, seq_steps, seq_tokens, sum(rewards) / n),
     ]
     lines = [
-        "| way | seconds | episodes/s | env steps | steps/s | mean reward |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| way | seconds | episodes/s | env steps | steps/s | tokens run | mean reward |",
+        "|---|---:|---:|---:|---:|---:|---:|",
         *(
-            f"| {name} | {sec:.1f} | {eps:.3f} | {steps} | {steps / sec:.1f} | {reward:.3f} |"
-            for name, sec, eps, steps, reward in rows
+            f"| {name} | {sec:.1f} | {eps:.3f} | {steps} | {steps / sec:.1f} | {tokens:,} "
+            f"| {reward:.3f} |"
+            for name, sec, eps, steps, tokens, reward in rows
         ),
+        "",
+        f"tokens run through the model, one at a time / lockstep: "
+        f"{seq_tokens / max(lock_tokens, 1):.2f}",
     ]
     setup = (
         f"{n} shop train tasks (max {env.max_steps} steps), model {params:,} parameters "

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from coevo.lengths import length_groups
+from coevo.policy.attention import use_packed_attention
 from coevo.policy.base import Completion, PolicyError, Sampling, cut_at_stop
 from coevo.policy.cache import (
     Session,
@@ -105,6 +106,8 @@ class HFPolicy:
         if adapter is not None:
             model = self._with_adapter(model, Path(adapter), merge_adapter)
         self.model = model.to(self.device).eval()
+        # A prefill over a cache must not copy the cache per query head (exact either way).
+        use_packed_attention(self.model)
         self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:

@@ -1,0 +1,78 @@
+"""Grouped-query attention over a cache without copying it: SDPA with the query heads packed.
+
+A model with grouped-query attention (SmolLM2: 9 query heads share 3 key/value heads) runs
+transformers' SDPA path by expanding every key and value head to its query heads
+(`repeat_kv`), a copy of the whole cache in each layer. For one query token transformers
+avoids it by folding the query heads of a group into rows; for more it still copies. A
+rollout's prefill has a few new tokens (an observation, an error line) over thousands of
+cached ones, so that copy cost more than the attention itself (measured in
+`benchmarks/results/rollout_speed.md`).
+
+`packed_sdpa` folds any number of query tokens the same way: the group's heads times the
+tokens become the rows of one attention over the group's key/value head, each row with its
+token's mask. It is exact (the same products and softmax per row) and used only where a mask
+is given (a padded batch over a cache); everything else goes to transformers' own SDPA.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+NAME = "coevo_sdpa"
+
+
+def packed_sdpa(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # (batch, heads, tokens, head_dim)
+    key: torch.Tensor,  # (batch, kv_heads, slots, head_dim)
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,  # (batch or 1, 1, tokens, slots)
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    batch, heads, tokens, dim = query.shape
+    packable = (
+        groups > 1
+        and tokens > 1
+        and attention_mask is not None
+        and attention_mask.shape[1] == 1
+        and kwargs.get("position_bias") is None
+        and kwargs.get("cache") is None
+    )
+    if not packable:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    kv_heads = heads // groups
+    # Head h reads key/value head h // groups (repeat_kv's order): rows (group member, token).
+    rows = query.reshape(batch, kv_heads, groups * tokens, dim)
+    mask = attention_mask.expand(-1, groups, -1, -1)
+    mask = mask.reshape(attention_mask.shape[0], 1, groups * tokens, attention_mask.shape[-1])
+    out = torch.nn.functional.scaled_dot_product_attention(
+        rows, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling
+    )
+    out = out.reshape(batch, heads, tokens, dim).transpose(1, 2).contiguous()
+    return out, None  # (batch, tokens, heads, head_dim), as transformers' own functions
+
+
+def use_packed_attention(model: Any) -> bool:
+    """Switch a transformers model that runs SDPA to `packed_sdpa`; False (and unchanged)
+    for a model on another attention implementation or one that cannot switch."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) == NAME:
+        return True
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return False
+    AttentionInterface.register(NAME, packed_sdpa)
+    AttentionMaskInterface.register(NAME, sdpa_mask)  # the masks SDPA gets
+    model.set_attn_implementation(NAME)
+    return model.config._attn_implementation == NAME

@@ -1,0 +1,118 @@
+"""Packed grouped-query attention: the same numbers as transformers' SDPA, without the copy."""
+
+from __future__ import annotations
+
+import shutil
+
+import torch
+
+from coevo.policy.attention import NAME, use_packed_attention
+
+
+def gqa_llama(heads: int = 8, kv_heads: int = 2, seed: int = 0, attn: str = "sdpa"):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=100,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=96,
+        attn_implementation=attn,
+    )
+    return LlamaForCausalLM(config).double().eval()
+
+
+def prefill_then_more(model) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded rows: 9 tokens, then 3 more over the cache (a rollout's next step)."""
+    torch.manual_seed(1)
+    ids = torch.randint(0, 100, (3, 12))
+    attention = torch.ones(3, 12, dtype=torch.long)
+    attention[0, :4] = 0
+    attention[1, :2] = 0
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        first = model(
+            input_ids=ids[:, :9],
+            attention_mask=attention[:, :9],
+            position_ids=positions[:, :9],
+            use_cache=True,
+        )
+        more = model(
+            input_ids=ids[:, 9:],
+            attention_mask=attention,
+            position_ids=positions[:, 9:],
+            past_key_values=first.past_key_values,
+            use_cache=True,
+        )
+    return first.logits, more.logits
+
+
+def test_packed_queries_give_what_copied_keys_give(monkeypatch):
+    model = gqa_llama()
+    expected = prefill_then_more(model)
+    assert use_packed_attention(model)
+    assert model.config._attn_implementation == NAME
+
+    shapes = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query, key, value, **kwargs):
+        shapes.append((query.shape[1], key.shape[1]))
+        return sdpa(query, key, value, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    got = prefill_then_more(model)
+    # Every call ran on the 2 key/value heads as they are (4 query heads x tokens per row).
+    assert shapes and all(s == (2, 2) for s in shapes)
+    for a, b in zip(expected, got, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_models_it_cannot_serve_are_left_alone():
+    eager = gqa_llama(attn="eager")
+    assert not use_packed_attention(eager)
+    assert eager.config._attn_implementation == "eager"
+    # Without grouped queries (or without a mask) it is transformers' SDPA itself.
+    plain = gqa_llama(heads=4, kv_heads=4)
+    expected = prefill_then_more(plain)
+    assert use_packed_attention(plain)
+    for a, b in zip(expected, prefill_then_more(plain), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_the_policy_plays_grouped_query_models_packed(nano_model_dir, tmp_path):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from coevo.policy.hf import HFPolicy
+
+    shutil.copytree(nano_model_dir, tmp_path / "m")
+    config = AutoConfig.from_pretrained(tmp_path / "m")
+    config.num_key_value_heads = config.num_attention_heads // 2
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "m")
+    policy = HFPolicy(tmp_path / "m", dtype="float64")
+    assert policy.model.config._attn_implementation == NAME
+    saved = tmp_path / "saved"
+    policy.model.save_pretrained(saved)  # the switch is not written into the checkpoint
+    assert NAME not in (saved / "config.json").read_text()
+
+
+def test_the_packed_path_trains_like_sdpa():
+    """Exact in backward too: a policy's model may be its trainer's."""
+    model = gqa_llama()
+    ids = torch.randint(0, 100, (2, 10))
+    attention = torch.ones(2, 10, dtype=torch.long)
+    attention[0, :3] = 0
+
+    def grads():
+        model.zero_grad()
+        loss = model(input_ids=ids, attention_mask=attention, labels=ids).loss
+        loss.backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    expected = grads()
+    use_packed_attention(model)
+    for a, b in zip(expected, grads(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
