@@ -170,3 +170,30 @@ def test_a_setting_added_since_the_run_is_no_change_at_its_default(tmp_path):
     other = {"iterations": 1, "sft": {"lr": 0.1, "tracking": {"log_with": "tensorboard"}}}
     with pytest.raises(RunDirError, match=r"sft.tracking.log_with \(null -> \"tensorboard\"\)"):
         saved_pipeline(tmp_path, other, defaults=defaults)
+
+
+def test_a_finished_stage_drops_its_scratch_and_keeps_its_outputs(tmp_path):
+    def trains(out):
+        (out / "checkpoints" / "step-2").mkdir(parents=True, exist_ok=True)
+        (out / "checkpoints" / "step-2" / "optimizer.bin").write_text("state")
+        (out / "model").mkdir(exist_ok=True)
+        (out / "model" / "weights").write_text("w")
+        return {"model": str(out / "model")}
+
+    def dies(out):
+        trains(out)
+        raise KeyboardInterrupt  # cut off: what it would resume from must stay
+
+    p = Pipeline(tmp_path, {}, quiet=True, scratch=("checkpoints",))
+    with pytest.raises(KeyboardInterrupt):
+        p.stage("dpo", dies)
+    assert (tmp_path / "stages/dpo/checkpoints/step-2/optimizer.bin").exists()
+    p.stage("dpo", trains)
+    assert not (tmp_path / "stages/dpo/checkpoints").exists()
+    assert (tmp_path / "stages/dpo/model/weights").read_text() == "w"
+    # A stage finished before the rule (its checkpoints still there) loses them when skipped.
+    Pipeline(tmp_path, {}, quiet=True).stage("sft", trains)
+    assert (tmp_path / "stages/sft/checkpoints").exists()
+    p.stage("sft", trains)
+    assert not (tmp_path / "stages/sft/checkpoints").exists()
+    assert (tmp_path / "stages/sft/model/weights").exists()

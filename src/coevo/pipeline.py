@@ -7,6 +7,10 @@ rename), so after a kill at any moment a stage either has a manifest (finished, 
 time) or not (run again; stages resume from what they stored, e.g. committed trajectories or
 trainer checkpoints).
 
+Folders a stage writes only to resume itself (`scratch`: a trainer's checkpoints, 1.6 GB a
+state for SmolLM2-135M) are removed once it finished, since a finished stage never runs again;
+a finished stage found with them (a run made before this rule) loses them when it is skipped.
+
 A manifest counts only while what it vouches for is still there: one that is not valid JSON
 (a disk that filled up, a hand edit), or one of a stage whose trajectories are gone from the
 store (a damaged store moved aside), leaves its stage unfinished, with a one-line warning, and
@@ -23,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -72,8 +77,10 @@ class Pipeline:
         name: str | None = None,
         extends: tuple[str, ...] = (),
         defaults: dict[str, Any] | None = None,
+        scratch: tuple[str, ...] = (),
     ):
         self.run_dir = Path(run_dir)
+        self.scratch = scratch
         self.config = config
         self.hash = config_hash(config)
         self.quiet = quiet
@@ -171,6 +178,7 @@ class Pipeline:
         if finished is not None:
             source = finished.get("adopted_from")
             self.say(name, f"adopted from {source}" if source else "done before, skipped")
+            self._clear_scratch(name)
             return finished["outputs"]
         self.say(name, style="bold")
         start = time.time()
@@ -189,7 +197,12 @@ class Pipeline:
         write_atomic(
             self.stage_dir(name) / "manifest.json", json.dumps(record, indent=2, default=str)
         )
+        self._clear_scratch(name)
         return outputs
+
+    def _clear_scratch(self, name: str) -> None:
+        for folder in self.scratch:
+            shutil.rmtree(self.run_dir / "stages" / name / folder, ignore_errors=True)
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -62,6 +62,8 @@ def test_grpo_trains_and_evaluates_one_stage_per_interval(grpo_run):
     assert [json.loads(line)["step"] for line in lines] == [1, 2, 3]
     for i in (1, 2):
         assert (grpo_run / f"stages/grpo-{i}/model/config.json").is_file()
+    # More steps extend a finished run from there: the trainer folder keeps its last states.
+    assert list((grpo_run / "stages/grpo/checkpoints").glob("step-3"))
     saved = yaml.safe_load((grpo_run / "config.yaml").read_text())
     assert "grpo" in saved and not {"dpo", "explore", "iterations", "eto"} & saved.keys()
 

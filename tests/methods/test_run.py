@@ -183,7 +183,10 @@ def test_eto_starts_from_the_sft_run(tmp_path):
     assert {"experts", "model", "sft-target", "eval-0", "explore-1-target", "dpo-1-target"} <= set(
         adopted
     )
-    # The SFT checkpoint is the SFT run's (linked, not retrained).
+    # The SFT checkpoint is the SFT run's (linked, not retrained); finished training stages
+    # keep their model and none of the states they would only have resumed from.
+    for run in (sft_run, eto_run):
+        assert not list(run.glob("stages/*/checkpoints"))
     ours = (eto_run / "stages/sft-target/model/model.safetensors").read_bytes()
     assert ours == (sft_run / "stages/sft-target/model/model.safetensors").read_bytes()
     with Store(eto_run, create=False) as store:

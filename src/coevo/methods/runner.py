@@ -31,6 +31,7 @@ from coevo.methods.registry import OPTIONAL, method
 from coevo.methods.run import Run
 from coevo.pipeline import Pipeline, RunDirError, write_atomic
 from coevo.store import Store, StoreError
+from coevo.train.loop import CHECKPOINTS
 
 # Stages every method begins with, identical when env, model, sft and seed agree.
 SHARED_STAGES = ("experts", "model", "sft-target", "eval-0")
@@ -89,7 +90,12 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
         record = recorded(config)
         if processes.main:
             pipeline = Pipeline(
-                out, record, quiet=quiet, extends=extending(config), defaults=to_dict(RunConfig())
+                out,
+                record,
+                quiet=quiet,
+                extends=extending(config),
+                defaults=to_dict(RunConfig()),
+                scratch=(CHECKPOINTS,),  # GRPO's trainer folder is no stage: it keeps them
             )
             (out / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
             try:
@@ -164,7 +170,7 @@ def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> 
             shutil.copytree(
                 source / "stages" / stage,
                 target,
-                ignore=shutil.ignore_patterns("checkpoint-*", "manifest.json"),
+                ignore=shutil.ignore_patterns(CHECKPOINTS, "manifest.json"),
                 copy_function=_link_or_copy,
             )
             # Rows are tagged with the stage (evals with the stage and split).

@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader
 
 from coevo.train.batches import DpoExample, LengthBatches, check_seq, collate_dpo
 from coevo.train.loop import (
+    CHECKPOINTS,
     CheckpointDir,
     Meter,
     TrainResult,
@@ -268,7 +269,7 @@ def reference_logps(
         return list(examples)
     path = out_dir / REFERENCE_FILE
     key = fingerprint(examples)
-    if config.checkpoints.resume and any((out_dir / "checkpoints").glob("step-*")):
+    if config.checkpoints.resume and any((out_dir / CHECKPOINTS).glob("step-*")):
         # The model is already part-trained: only the stored reference is the right one.
         stored = json.loads(path.read_text()) if path.exists() else {}
         if stored.get("fingerprint") != key:

@@ -40,6 +40,7 @@ from coevo.train.settings import Checkpoints, Compute, Optim, Schedule, Tracking
 
 SCHEDULES: tuple[Schedule, ...] = ("cosine", "constant", "linear")
 STATE_FILE = "trainer_state.json"
+CHECKPOINTS = "checkpoints"  # the folder of resumable states in a trainer's output_dir
 # What accelerate writes for our one model, optimizer and scheduler; checked in checkpoints
 # from before the file lists were recorded.
 _ESSENTIAL = {
@@ -179,7 +180,7 @@ class CheckpointDir:
         self.history: list[dict[str, Any]] = []
         self.saved_at = time.monotonic()
         if accelerator.is_main_process:
-            (self.root / "checkpoints").mkdir(parents=True, exist_ok=True)
+            (self.root / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
         accelerator.wait_for_everyone()
 
     def start(self) -> int:
@@ -201,7 +202,7 @@ class CheckpointDir:
 
     def checkpoints(self) -> list[tuple[int, Path]]:
         found = []
-        for p in (self.root / "checkpoints").glob("step-*"):
+        for p in (self.root / CHECKPOINTS).glob("step-*"):
             if p.is_dir() and p.name[5:].isdigit() and (p / STATE_FILE).exists():
                 found.append((int(p.name[5:]), p))
         return sorted(found)
@@ -259,8 +260,8 @@ class CheckpointDir:
     def reset(self) -> int:
         """Start over: forget the checkpoints and history of an earlier run in this directory."""
         if self.accelerator.is_main_process:
-            shutil.rmtree(self.root / "checkpoints", ignore_errors=True)
-            (self.root / "checkpoints").mkdir(parents=True)
+            shutil.rmtree(self.root / CHECKPOINTS, ignore_errors=True)
+            (self.root / CHECKPOINTS).mkdir(parents=True)
             self.metrics_path.unlink(missing_ok=True)
         self.accelerator.wait_for_everyone()
         self.history = []
@@ -286,7 +287,7 @@ class CheckpointDir:
 
     def save(self, step: int, epoch: int) -> None:
         """Model, optimizer, scheduler, RNG states and the step, written atomically."""
-        final = self.root / "checkpoints" / f"step-{step}"
+        final = self.root / CHECKPOINTS / f"step-{step}"
         if final.exists():
             return
         tmp = final.with_name(final.name + ".tmp")
