@@ -34,6 +34,10 @@ memory come from separate runs, measured the same way for both trainers:
 TRL's DPOConfig turns gradient checkpointing on by default; ours leaves it off. Settings are
 compared like with like (`--checkpointing on|off|both`, default on: TRL's default).
 
+Ours computes the tokens a pair's two sides open with once (`dpo.shared_prefix`, on by
+default; the setup line says what share of the tokens that is). `--rows` also runs ours with
+it off, every side in full as TRL does, to show what that saves apart from the rest.
+
 With --repeats N every run is repeated N times (interleaved) and the best of each is kept.
 The last two lines are `speedup: N.NN` (ours / TRL tokens/s) and `memory ratio: N.NN`
 (ours / TRL peak growth). Nano runs are recorded under "## Runs" in the results file, a
@@ -119,7 +123,7 @@ def load_inputs(work: Path) -> tuple:
     return tok, model, pairs
 
 
-def run_ours(work: Path, args: argparse.Namespace) -> dict:
+def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -> dict:
     from coevo.train import Checkpoints, Compute, DpoConfig, Optim, dpo_examples, train_dpo
     from coevo.train.loop import CheckpointDir
 
@@ -130,6 +134,7 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
         beta=0.1,
         epochs=args.epochs,
         batch_size=args.batch_size,
+        shared_prefix=shared_prefix,
         progress=False,
         optim=Optim(lr=args.lr, warmup_ratio=0.1, schedule="constant"),
         compute=Compute(mixed_precision="no", gradient_checkpointing=args.checkpointing == "on"),
@@ -210,16 +215,23 @@ def main() -> None:
         default="on",
         help="gradient checkpointing, set the same on both sides (TRL's default is on)",
     )
+    parser.add_argument(
+        "--rows",
+        action="store_true",
+        help="also run ours with shared prefixes off (every side in full, as TRL)",
+    )
     parser.add_argument("--no-record", action="store_true", help="do not write the results file")
-    parser.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["ours", "ours-rows", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         import torch
 
         torch.set_num_threads(args.threads)
-        run = run_ours if args.child == "ours" else run_trl
-        print(json.dumps(run(args.work, args)))
+        if args.child == "trl":
+            print(json.dumps(run_trl(args.work, args)))
+        else:
+            print(json.dumps(run_ours(args.work, args, shared_prefix=args.child == "ours")))
         return
 
     from rich.console import Console
@@ -245,6 +257,8 @@ def main() -> None:
             from transformers import AutoTokenizer
 
             from coevo.render import render
+            from coevo.train import dpo_examples
+            from coevo.train.batches import collate_forked
 
             env, pairs = make_pairs(args.pairs)
             if pretrained:
@@ -258,13 +272,15 @@ def main() -> None:
             (work / "pairs.jsonl").write_text("\n".join(p.to_json() for p in pairs) + "\n")
             tok = AutoTokenizer.from_pretrained(work / "model")
             rendered = [render(t, tok) for p in pairs for t in (p.chosen, p.rejected)]
+            shared = int(collate_forked(dpo_examples(pairs, tok))["forks"][:, 0].sum())
         tokens = sum(len(r.input_ids) for r in rendered) * args.epochs
         agent_share = sum(sum(r.action_mask) for r in rendered) * args.epochs / tokens
+        trainers = ["ours", "ours-rows", "trl"] if args.rows else ["ours", "trl"]
         results: dict[tuple[str, str, str], list[dict]] = {}
         for i in range(args.repeats):
             for mode in modes:
                 for kind in ("speed", "memory"):
-                    for which in ("ours", "trl"):
+                    for which in trainers:
                         label = f"{which}, checkpointing {mode}, {kind} run {i + 1}"
                         with console.status(f"training: {label}"):
                             got = child(which, work, args, mode, memory=kind == "memory")
@@ -273,7 +289,8 @@ def main() -> None:
     setup = (
         f"{len(pairs)} shop pairs (expert vs perturbed), {model_label}, vocab {info['vocab']}), "
         f"{args.epochs} epoch(s), batch {args.batch_size} pairs, {tokens:,} tokens "
-        f"({agent_share:.0%} agent tokens), mean sequence "
+        f"({agent_share:.0%} agent tokens; the prefixes pairs share, computed once by ours: "
+        f"{shared * args.epochs / tokens:.0%}), mean sequence "
         f"{tokens / args.epochs / len(rendered):.0f} tokens, {args.threads} torch thread(s) per "
         f"run, best of {args.repeats}"
     )
@@ -285,7 +302,13 @@ def main() -> None:
     ratios, notes = {}, []
     for mode in modes:
         best = {}
-        for which, label in (("ours", "coevo train_dpo"), ("trl", "TRL DPOTrainer")):
+        labels = {
+            "ours": "coevo train_dpo",
+            "ours-rows": "coevo train_dpo, shared prefixes off",
+            "trl": "TRL DPOTrainer",
+        }
+        for which in trainers:
+            label = labels[which]
             speed = results[(which, mode, "speed")]
             memory = results[(which, mode, "memory")]
             b = best[which] = {
@@ -303,6 +326,12 @@ def main() -> None:
             f"{min(r['save_cpu'] for r in saves):.1f} s CPU, "
             f"{min(r['save_wall'] for r in saves):.1f} s wall"
         )
+        if args.rows:
+            notes.append(
+                f"checkpointing {mode}: shared prefixes computed once cut ours' CPU time by "
+                f"{1 - best['ours']['cpu'] / best['ours-rows']['cpu']:.0%} "
+                f"({best['ours-rows']['cpu'] / best['ours']['cpu']:.2f}x)"
+            )
         ratios[mode] = (
             best["trl"]["cpu"] / best["ours"]["cpu"],  # = ours / TRL tokens per CPU second
             best["ours"]["mb"] / best["trl"]["mb"],

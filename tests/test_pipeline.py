@@ -159,6 +159,8 @@ def test_a_run_resumes_with_activation_checkpointing_changed(tmp_path):
     saved_pipeline(tmp_path, first).stage("explore-1", lambda out: {"n": 1})
     lighter = {"iterations": 1, "dpo": {"compute": {"gradient_checkpointing": True}}}
     assert saved_pipeline(tmp_path, lighter).done("explore-1")  # memory only: same run
+    rows = {**lighter, "dpo": {**lighter["dpo"], "shared_prefix": False}}
+    assert saved_pipeline(tmp_path, rows).done("explore-1")  # time only: same run
 
 
 def test_a_setting_added_since_the_run_is_no_change_at_its_default(tmp_path):

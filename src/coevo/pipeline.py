@@ -242,9 +242,10 @@ def recipe_changes(
 _MISSING = object()
 
 # Settings that change a run's memory and time, never its results (the trained weights are
-# the same: tests/train/test_sft.py), so a started run may resume with them changed: e.g.
-# activation checkpointing turned on for a run that ran out of memory.
-FREE_KEYS = ("compute.gradient_checkpointing",)
+# the same, up to float rounding: tests/train/test_sft.py, test_dpo.py), so a started run may
+# resume with them changed: e.g. activation checkpointing turned on for a run that ran out of
+# memory, or DPO's shared prefixes turned off for a model whose attention cannot take them.
+FREE_KEYS = ("compute.gradient_checkpointing", "dpo.shared_prefix")
 
 
 def _free(key: str) -> bool:

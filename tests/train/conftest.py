@@ -13,7 +13,7 @@ from coevo.train.batches import DpoExample, Tokens
 VOCAB = 300
 
 
-def tiny_llama(seed: int = 0):
+def tiny_llama(seed: int = 0, kv_heads: int = 4, attn: str = "sdpa"):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -21,10 +21,11 @@ def tiny_llama(seed: int = 0):
         hidden_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
-        num_key_value_heads=4,
+        num_key_value_heads=kv_heads,
         intermediate_size=128,
         vocab_size=VOCAB,
         max_position_embeddings=256,
+        attn_implementation=attn,
     )
     return LlamaForCausalLM(config)
 

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from coevo.config import build, merge
+from coevo.policy.attention import NAME
+from coevo.train.batches import Tokens
 from coevo.train.dpo import REFERENCE_FILE, DpoConfig, train_dpo
 from coevo.train.loop import TrainResult
 
@@ -105,3 +107,34 @@ def test_pair_weights_and_sft_weights_reach_the_loss(tmp_path, model_factory, dp
     assert 4.0 < diff < 7.0
     with pytest.raises(ValueError, match="DpoConfig.reference"):
         train_dpo(model_factory(), plain, DpoConfig(reference="copy"), output_dir=tmp_path)
+
+
+def test_shared_prefixes_run_once_with_the_same_training(tmp_path, model_factory, dpo_data):
+    # Sides that open alike, as a pair of episodes on one task do (the instruction, a first
+    # page): computed once per pair, the run learns what it learns with every side in full.
+    head = dpo_data[0].chosen
+    pairs = [
+        replace(
+            e,
+            chosen=Tokens(
+                (*head.input_ids, *e.chosen.input_ids), (*head.action_mask, *e.chosen.action_mask)
+            ),
+            rejected=Tokens(
+                (*head.input_ids, *e.rejected.input_ids),
+                (*head.action_mask, *e.rejected.action_mask),
+            ),
+        )
+        for e in dpo_data
+    ]
+    kw = dict(epochs=2, reference="live")
+    rows = dpo(model_factory(), pairs, tmp_path / "rows", shared_prefix=False, **kw)
+    assert rows.model.config._attn_implementation == "sdpa"
+    forked = dpo(model_factory(), pairs, tmp_path / "forks", **kw)
+    assert forked.model.config._attn_implementation == NAME  # the forks' attention ran
+    assert losses(forked.history) == pytest.approx(losses(rows.history), rel=1e-4)
+    assert all(r["tokens_per_s"] > 0 for r in forked.history if "loss" in r)
+    for k, v in rows.model.state_dict().items():
+        torch.testing.assert_close(forked.model.state_dict()[k], v, rtol=1e-4, atol=1e-5)
+    # The saved checkpoint names no attention of ours: it loads anywhere.
+    saved = json.loads((tmp_path / "forks" / "dpo" / "model" / "config.json").read_text())
+    assert NAME not in json.dumps(saved)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
 import torch
 
 from coevo.lengths import length_groups
-from coevo.train.batches import collate_sft
+from coevo.train.batches import DpoExample, Tokens, collate_dpo, collate_forked, collate_sft
 from coevo.train.losses import sequence_logps
 from coevo.train.model import AgentLogps
+from tests.train.conftest import random_seq, tiny_llama
 
 
 def test_selected_rows_forward_matches_full_logits_with_padding(model_factory, sft_data):
@@ -63,3 +67,79 @@ def test_per_token_forward_of_a_mixed_batch_equals_each_row_alone(model_factory,
         torch.testing.assert_close(logps[row, : n - 1], alone[0], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(entropy[row, : n - 1], alone_entropy[0], rtol=1e-5, atol=1e-5)
         assert not logps[row, n - 1 :].any()  # nothing scored on the pads
+
+
+def forked_pairs() -> list[DpoExample]:
+    """Pairs whose sides share prefixes of every kind a fork must handle."""
+    rng = random.Random(3)
+    base = random_seq(rng, 30, 30)
+    ids, mask = list(base.input_ids), list(base.action_mask)
+    other = random_seq(rng, 12, 20)
+    flipped = mask[:20] + [1 - m for m in mask[20:]]
+    return [
+        # The usual case: an instruction and a first exchange, then the sides part.
+        DpoExample(base, Tokens((*ids[:14], *other.input_ids), (*mask[:14], *other.action_mask))),
+        # One side runs on where the other stops; then sides that are the same sequence.
+        DpoExample(Tokens(tuple(ids[:18]), tuple(mask[:18])), base),
+        DpoExample(base, base),
+        # The same ids, agent masks that part at token 20.
+        DpoExample(base, Tokens(tuple(ids), tuple(flipped))),
+        # Nothing in common from the first token on.
+        DpoExample(other, base),
+    ]
+
+
+def test_forked_pairs_give_what_padded_rows_give():
+    pairs = forked_pairs()
+    model = tiny_llama(kv_heads=2).double()  # grouped-query attention
+    model.train()
+    rows = collate_dpo(pairs)
+    net = AgentLogps(model)
+    expected, expected_tokens = net(rows["input_ids"], rows["attention_mask"], rows["action_mask"])
+    (expected * torch.linspace(1, 2, len(expected), dtype=expected.dtype)).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+
+    assert net.can_fork()
+    forked = collate_forked(pairs)
+    n = len(pairs[4].chosen.input_ids)  # the other sequence
+    assert forked["forks"].tolist() == [
+        [14, 16, n],
+        [17, 1, 13],
+        [29, 1, 1],
+        [20, 10, 10],
+        [0, n, 30],
+    ]
+    # Each shared prefix runs once: fewer tokens than both sides, and no pads.
+    assert forked["input_ids"].shape[1] == forked["forks"].sum() < rows["attention_mask"].sum()
+    assert int(forked["tokens"]) == int(rows["attention_mask"].sum())
+    got, tokens = net(
+        forked["input_ids"],
+        None,
+        None,
+        position_ids=forked["position_ids"],
+        forks=forked["forks"],
+        scored=forked["scored"],
+    )
+    (got * torch.linspace(1, 2, len(got), dtype=got.dtype)).sum().backward()
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)
+    assert tokens.tolist() == expected_tokens.tolist()
+    # Llama's RMSNorm runs in float32: a prefix token's gradient, summed over both sides
+    # before it passes a norm rather than after, rounds differently at that precision.
+    for p, g in zip(model.parameters(), grads, strict=True):
+        torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_that_cannot_fork_says_so():
+    net = AgentLogps(tiny_llama(attn="eager"))
+    assert not net.can_fork()
+    forked = collate_forked(forked_pairs())
+    with pytest.raises(ValueError, match="shared_prefix: false"):
+        net(
+            forked["input_ids"],
+            None,
+            None,
+            position_ids=forked["position_ids"],
+            forks=forked["forks"],
+            scored=forked["scored"],
+        )

@@ -176,13 +176,3 @@ def new_cache(
     for layer, (k, v) in enumerate(buffers):
         cache.update(k, v, layer)
     return cache
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    if len(a) <= len(b) and b[: len(a)] == a:  # the usual case, compared in C
-        return len(a)
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

@@ -16,13 +16,12 @@ from typing import Any
 
 import torch
 
-from coevo.lengths import length_groups
+from coevo.lengths import common_prefix, length_groups
 from coevo.policy.attention import use_packed_attention
 from coevo.policy.base import Completion, PolicyError, Sampling, cut_at_stop
 from coevo.policy.cache import (
     Session,
     cache_over,
-    common_prefix,
     kv_layout,
     new_cache,
     prefix_buffers,

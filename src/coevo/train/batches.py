@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
+from coevo.lengths import common_prefix
 from coevo.trajectory import Pair, Trajectory
 
 
@@ -99,7 +100,67 @@ def collate_dpo(examples: Sequence[DpoExample]) -> dict[str, torch.Tensor]:
     log-probs are NaN (the loop then uses a live reference model).
     """
     batch = pad([e.chosen for e in examples] + [e.rejected for e in examples])
+    batch["tokens"] = batch["attention_mask"].sum()
+    batch.update(_pair_fields(examples))
+    return batch
+
+
+def collate_forked(examples: Sequence[DpoExample]) -> dict[str, torch.Tensor]:
+    """A batch of pairs as ONE row of forks: each pair's shared prefix once, then the rest of
+    its chosen side, then the rest of its rejected side (`coevo.policy.attention.forked_sdpa`
+    runs attention over it as if the sides were two rows). No padding.
+
+    -> input_ids, position_ids: (1, tokens), positions restarting where the rejected rest
+    starts; forks: (pairs, 3) prefix / chosen rest / rejected rest lengths; scored: (4, agent
+    tokens) for each scored token its row position (the token before it), its id, its pair and
+    its side (0: in the shared prefix, counted for both; 1: chosen; 2: rejected). The prefix
+    stops where the ids or the agent masks part, and leaves each side at least one token.
+    Per-pair fields as `collate_dpo`; `tokens` counts both sides in full, as that batch would.
+    """
+    ids: list[int] = []
+    positions: list[int] = []
+    forks: list[tuple[int, int, int]] = []
+    scored: list[tuple[int, int, int, int]] = []
+    for pair, e in enumerate(examples):
+        c_ids, r_ids = list(e.chosen.input_ids), list(e.rejected.input_ids)
+        c_mask, r_mask = list(e.chosen.action_mask), list(e.rejected.action_mask)
+        p = min(
+            common_prefix(c_ids, r_ids),
+            common_prefix(c_mask, r_mask),
+            len(c_ids) - 1,
+            len(r_ids) - 1,
+        )
+        start = len(ids)
+        ids += c_ids + r_ids[p:]
+        positions += list(range(len(c_ids))) + list(range(p, len(r_ids)))
+        forks.append((p, len(c_ids) - p, len(r_ids) - p))
+        # Token t of the chosen side sits at start + t and is predicted by the row before it;
+        # token t >= p of the rejected side sits at `rest + t`, its token p after the prefix.
+        rest = start + len(c_ids) - p
+        for t in range(1, len(c_ids)):
+            if c_mask[t]:
+                scored.append((start + t - 1, c_ids[t], pair, 0 if t < p else 1))
+        for t in range(p, len(r_ids)):
+            if r_mask[t] and t > 0:
+                row = start + p - 1 if t == p else rest + t - 1
+                scored.append((row, r_ids[t], pair, 2))
+    batch = {
+        "input_ids": torch.tensor([ids], dtype=torch.long),
+        "position_ids": torch.tensor([positions], dtype=torch.long),
+        "forks": torch.tensor(forks, dtype=torch.long).reshape(-1, 3),
+        "scored": torch.tensor(scored, dtype=torch.long).reshape(-1, 4).T.contiguous(),
+        "tokens": torch.tensor(
+            sum(len(e.chosen.input_ids) + len(e.rejected.input_ids) for e in examples)
+        ),
+    }
+    batch.update(_pair_fields(examples))
+    return batch
+
+
+def _pair_fields(examples: Sequence[DpoExample]) -> dict[str, torch.Tensor]:
+    """Per-pair weights and reference log-probs, (pairs,) each; missing references are NaN."""
     nan = float("nan")
+    batch = {}
     batch["weight"] = torch.tensor([e.weight for e in examples], dtype=torch.float32)
     batch["sft_weight"] = torch.tensor([e.sft_weight for e in examples], dtype=torch.float32)
     batch["ref_chosen"] = torch.tensor(

@@ -2,7 +2,8 @@
 
     result = train_dpo(model_or_path, dpo_examples(pairs, tok), DpoConfig(), output_dir=...)
 
-Chosen and rejected sides go through the model in one concatenated forward pass. The
+Chosen and rejected sides go through the model in one forward pass, as forks where the model
+allows (`shared_prefix`: the tokens both sides open with are computed once), else as rows. The
 reference log-probs are computed once, before the first step, over the whole pair set (with the
 model as it is then: the policy at the iteration's start), kept on the examples and written to
 `output_dir/reference_logps.json`, so no second model sits in memory and a resumed run uses the
@@ -27,7 +28,13 @@ from accelerate import Accelerator
 from accelerate.utils import gather_object, set_seed
 from torch.utils.data import DataLoader
 
-from coevo.train.batches import DpoExample, LengthBatches, check_seq, collate_dpo
+from coevo.train.batches import (
+    DpoExample,
+    LengthBatches,
+    check_seq,
+    collate_dpo,
+    collate_forked,
+)
 from coevo.train.loop import (
     CHECKPOINTS,
     CheckpointDir,
@@ -75,6 +82,9 @@ class DpoConfig:
     grad_accum: int = 1
     """Micro-batches per optimizer step; a step learns from batch_size * grad_accum * GPUs
     pairs."""
+    shared_prefix: bool = True
+    """Compute the tokens a pair's two sides open with once, not twice (same results up to
+    float rounding; SDPA models without a sliding window, else rows as usual)."""
     progress: bool = True
     """Show rich progress bars (reference log-probs, then training)."""
     optim: Optim = field(
@@ -133,6 +143,8 @@ def train_dpo(
     ref_net = AgentLogps(frozen_copy(model)) if live and config.lora.r == 0 else None
     model = trainable(model, config.compute, config.lora)
     net = AgentLogps(model)
+    forked = config.shared_prefix and all(n.can_fork() for n in (net, ref_net) if n is not None)
+    collate = collate_forked if forked else collate_dpo
     optimizer = make_optimizer(net, config.optim)
     net, optimizer = accelerator.prepare(net, optimizer)
     if ref_net is not None:
@@ -141,11 +153,11 @@ def train_dpo(
     out = CheckpointDir(output_dir, accelerator, config.checkpoints)
     if not live:
         # Before resume: the reference is the model as given, never a half-trained one.
-        examples = reference_logps(net, examples, config, accelerator, out.root)
+        examples = reference_logps(net, examples, config, accelerator, out.root, collate)
 
     sampler = LengthBatches([e.length for e in examples], config.batch_size, seed=seed)
     loader = accelerator.prepare(
-        DataLoader(list(examples), batch_sampler=sampler, collate_fn=collate_dpo)
+        DataLoader(list(examples), batch_sampler=sampler, collate_fn=collate)
     )
     steps_per_epoch = math.ceil(len(loader) / config.grad_accum)
     total_steps = steps_per_epoch * config.epochs
@@ -167,9 +179,7 @@ def train_dpo(
                 sums: dict[str, float] = {}
                 for i, batch in enumerate(window):
                     with sync_unless(accelerator, net, i < len(window) - 1):
-                        logps, tokens = net(
-                            batch["input_ids"], batch["attention_mask"], batch["action_mask"]
-                        )  # (2 * pairs,): chosen rows, then rejected rows
+                        logps, tokens = pair_logps(net, batch)
                         chosen, rejected = logps.chunk(2)
                         if live:
                             ref_chosen, ref_rejected = live_reference(
@@ -196,7 +206,7 @@ def train_dpo(
                     n = len(chosen)
                     for k, v in loss.metrics().items():
                         sums[k] = sums.get(k, 0.0) + float(v) * n
-                    sums["tokens"] = sums.get("tokens", 0.0) + float(batch["attention_mask"].sum())
+                    sums["tokens"] = sums.get("tokens", 0.0) + float(batch["tokens"])
                 grad_norm = clip(accelerator, net, config.optim)
                 lr = scheduler.get_last_lr()[0]  # the rate this step used
                 optimizer.step()
@@ -225,19 +235,33 @@ def train_dpo(
     return finish(accelerator, net, out, step, total_steps, settings, tokenizer)
 
 
+def pair_logps(net: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed agent-token log-probs and agent-token counts of a `collate_dpo` or
+    `collate_forked` batch: (2 * pairs,) each, the chosen sides, then the rejected ones."""
+    if "forks" in batch:
+        return net(
+            batch["input_ids"],
+            None,
+            None,
+            position_ids=batch["position_ids"],
+            forks=batch["forks"],
+            scored=batch["scored"],
+        )
+    return net(batch["input_ids"], batch["attention_mask"], batch["action_mask"])
+
+
 @torch.no_grad()
 def live_reference(
     accelerator: Accelerator, net: Any, ref_net: Any, batch: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reference log-probs of a batch from the frozen copy, or from the base model under LoRA."""
-    args = (batch["input_ids"], batch["attention_mask"], batch["action_mask"])
     if ref_net is not None:
         with accelerator.autocast():
-            logps, _ = ref_net(*args)
+            logps, _ = pair_logps(ref_net, batch)
         return logps.chunk(2)
     inner = accelerator.unwrap_model(net).model
     with inner.disable_adapter() if is_lora(inner) else nullcontext():
-        logps, _ = net(*args)
+        logps, _ = pair_logps(net, batch)
     return logps.chunk(2)
 
 
@@ -258,6 +282,7 @@ def reference_logps(
     config: DpoConfig,
     accelerator: Accelerator,
     out_dir: Path,
+    collate: Any = collate_dpo,
 ) -> list[DpoExample]:
     """Examples with their reference log-probs: as given, as stored by the run being resumed,
     or computed now.
@@ -288,12 +313,8 @@ def reference_logps(
     with progress_bar(accelerator, config.progress) as bar:
         task = bar.add_task("reference log-probs", total=len(mine), info="")
         for idx in mine:
-            batch = collate_dpo([examples[i] for i in idx])
-            logps, _ = net(
-                batch["input_ids"].to(accelerator.device),
-                batch["attention_mask"].to(accelerator.device),
-                batch["action_mask"].to(accelerator.device),
-            )
+            batch = collate([examples[i] for i in idx])
+            logps, _ = pair_logps(net, {k: v.to(accelerator.device) for k, v in batch.items()})
             chosen, rejected = logps.float().cpu().chunk(2)
             found.extend(zip(idx, chosen.tolist(), rejected.tolist(), strict=True))
             bar.advance(task)

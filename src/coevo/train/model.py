@@ -5,6 +5,8 @@ decoder, keeps the hidden states of the positions that predict agent tokens and 
 LM head to those rows only. Observations are most of a multi-turn trajectory, so this skips
 most of the (tokens, vocab) logits a plain forward would build, in time and in memory. Rows of
 unlike length go through in groups of like length (`length_groups`), so few pads are computed.
+Preference pairs can instead go through as forks (`coevo.train.batches.collate_forked`): the
+prefix a pair's two sides share is computed once.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 from torch import nn
 
 from coevo.lengths import length_groups
+from coevo.policy.attention import fork_mask, use_packed_attention
 from coevo.train.losses import sequence_logps, token_logps
 from coevo.train.settings import Compute, Lora
 
@@ -140,14 +143,29 @@ class AgentLogps(nn.Module):
         self._fast = (
             plain_head and hasattr(base, "get_decoder") and hasattr(base, "get_output_embeddings")
         )
+        self._base = [base]  # a list: not a second registered copy of the submodule
+
+    def can_fork(self) -> bool:
+        """Whether this model can take forked pairs: the fast path, on SDPA (switched to
+        `coevo.policy.attention`, which runs the forks; exact, the checkpoint unchanged), and
+        no sliding window (the forks' attention has none)."""
+        base = self._base[0]
+        config = getattr(base, "config", None)
+        window = getattr(config, "sliding_window", None) and getattr(
+            config, "use_sliding_window", True
+        )
+        return self._fast and not window and use_packed_attention(base)
 
     def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
-        action_mask: torch.Tensor,
+        action_mask: torch.Tensor | None,
         *,
         per_token: bool = False,
+        position_ids: torch.Tensor | None = None,
+        forks: torch.Tensor | None = None,
+        scored: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """input_ids, attention_mask, action_mask: (batch, seq) -> logps (batch,), tokens (batch,).
 
@@ -155,7 +173,15 @@ class AgentLogps(nn.Module):
         With `per_token` (GRPO) it returns instead each agent token's log-prob and the entropy
         of the model's distribution where it was predicted (detached), both (batch, seq - 1):
         position t scores token t + 1, 0 off the agent tokens.
+
+        With `forks` (a `collate_forked` batch: input_ids, position_ids, forks, scored; the
+        masks unused; only where `can_fork()`) it returns the pairs' chosen sides, then their
+        rejected sides, as `collate_dpo`'s rows would.
         """
+        if forks is not None:
+            if per_token:
+                raise ValueError("Forked pairs give per-sequence log-probs only.")
+            return self._score_forks(input_ids, position_ids, forks, scored)
         lengths = _right_padded_lengths(attention_mask)
         if lengths is None:
             return self._score(input_ids, attention_mask, action_mask, per_token)
@@ -216,6 +242,37 @@ class AgentLogps(nn.Module):
         rows = rows.unsqueeze(1).expand_as(target)[target]  # (agent tokens,) sequence of each
         per_seq = torch.zeros(input_ids.shape[0], device=logps.device, dtype=logps.dtype)
         return per_seq.index_add(0, rows, logps), tokens
+
+    def _score_forks(
+        self,
+        input_ids: torch.Tensor,  # (1, tokens)
+        position_ids: torch.Tensor,  # (1, tokens)
+        forks: torch.Tensor,  # (pairs, 3)
+        scored: torch.Tensor,  # (4, agent tokens): row, id, pair, side
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.can_fork():  # another attention would drop the forks and mix the sides
+            raise ValueError(
+                "This model cannot take forked pairs (it needs SDPA attention and no sliding "
+                "window); train it with dpo.shared_prefix: false."
+            )
+        base = self.model.get_base_model() if is_lora(self.model) else self.model
+        hidden = base.get_decoder()(
+            input_ids=input_ids,
+            attention_mask=fork_mask(input_ids.device),
+            position_ids=position_ids,
+            use_cache=False,
+            pair_forks=tuple(tuple(f) for f in forks.tolist()),
+        ).last_hidden_state[0]  # (tokens, hidden)
+        rows, labels, pair, side = scored
+        logps = token_logps(base.get_output_embeddings()(hidden[rows]), labels)
+        pairs = forks.shape[0]
+        sums, counts = [], []
+        for other in (2, 1):  # chosen: shared + chosen tokens; rejected: shared + rejected
+            keep = side != other
+            zeros = torch.zeros(pairs, device=logps.device, dtype=logps.dtype)
+            sums.append(zeros.index_add(0, pair[keep], logps[keep]))
+            counts.append(torch.bincount(pair[keep], minlength=pairs))
+        return torch.cat(sums), torch.cat(counts)
 
 
 def _per_token(
