@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from coevo.config import build, merge
-from coevo.policy.attention import NAME
+from coevo.attention import NAME
 from coevo.train.batches import Tokens
 from coevo.train.dpo import REFERENCE_FILE, DpoConfig, train_dpo
 from coevo.train.loop import TrainResult

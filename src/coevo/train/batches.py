@@ -107,7 +107,7 @@ def collate_dpo(examples: Sequence[DpoExample]) -> dict[str, torch.Tensor]:
 
 def collate_forked(examples: Sequence[DpoExample]) -> dict[str, torch.Tensor]:
     """A batch of pairs as ONE row of forks: each pair's shared prefix once, then the rest of
-    its chosen side, then the rest of its rejected side (`coevo.policy.attention.forked_sdpa`
+    its chosen side, then the rest of its rejected side (`coevo.attention.forked_sdpa`
     runs attention over it as if the sides were two rows). No padding.
 
     -> input_ids, position_ids: (1, tokens), positions restarting where the rejected rest

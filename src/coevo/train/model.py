@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from coevo.lengths import length_groups
-from coevo.policy.attention import fork_mask, use_packed_attention
+from coevo.attention import fork_mask, use_packed_attention
 from coevo.train.losses import sequence_logps, token_logps
 from coevo.train.settings import Compute, Lora
 
@@ -147,7 +147,7 @@ class AgentLogps(nn.Module):
 
     def can_fork(self) -> bool:
         """Whether this model can take forked pairs: the fast path, on SDPA (switched to
-        `coevo.policy.attention`, which runs the forks; exact, the checkpoint unchanged), and
+        `coevo.attention`, which runs the forks; exact, the checkpoint unchanged), and
         no sliding window (the forks' attention has none)."""
         base = self._base[0]
         config = getattr(base, "config", None)

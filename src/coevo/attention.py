@@ -1,6 +1,6 @@
-"""Grouped-query attention over a cache without copying it: SDPA with the query heads packed.
+"""The SDPA attention coevo switches models to, for generation and for DPO (both exact).
 
-A model with grouped-query attention (SmolLM2: 9 query heads share 3 key/value heads) runs
+Generation: grouped-query attention over a cache without copying it. A model with grouped-query attention (SmolLM2: 9 query heads share 3 key/value heads) runs
 transformers' SDPA path by expanding every key and value head to its query heads
 (`repeat_kv`), a copy of the whole cache in each layer. For one query token transformers
 avoids it by folding the query heads of a group into rows; for more it still copies. A
@@ -13,7 +13,7 @@ tokens become the rows of one attention over the group's key/value head, each ro
 token's mask. It is exact (the same products and softmax per row) and used only where a mask
 is given (a padded batch over a cache); everything else goes to transformers' own SDPA.
 
-The same function serves DPO's forked rows (`pair_forks`, `forked_sdpa`): a preference pair's
+DPO: the same function serves forked rows (`pair_forks`, `forked_sdpa`): a preference pair's
 chosen and rejected sides usually open with the same tokens (the instruction, the first page,
 often the first exchange), so training sends that prefix through the model once and lets both
 continuations attend to it.

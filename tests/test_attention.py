@@ -6,7 +6,7 @@ import shutil
 
 import torch
 
-from coevo.policy.attention import NAME, use_packed_attention
+from coevo.attention import NAME, use_packed_attention
 
 
 def gqa_llama(heads: int = 8, kv_heads: int = 2, seed: int = 0, attn: str = "sdpa"):
