@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from coevo.config import build, merge
 from coevo.attention import NAME
+from coevo.config import build, merge
 from coevo.train.batches import Tokens
 from coevo.train.dpo import REFERENCE_FILE, DpoConfig, train_dpo
 from coevo.train.loop import TrainResult

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from coevo.lengths import common_prefix, length_groups
 from coevo.attention import use_packed_attention
+from coevo.lengths import common_prefix, length_groups
 from coevo.policy.base import Completion, PolicyError, Sampling, cut_at_stop
 from coevo.policy.cache import (
     Session,

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from coevo.lengths import length_groups
 from coevo.attention import fork_mask, use_packed_attention
+from coevo.lengths import length_groups
 from coevo.train.losses import sequence_logps, token_logps
 from coevo.train.settings import Compute, Lora
 
