@@ -257,8 +257,7 @@ def main() -> None:
             from transformers import AutoTokenizer
 
             from coevo.render import render
-            from coevo.train import dpo_examples
-            from coevo.train.batches import collate_forked
+            from coevo.train.batches import DpoExample, collate_forked
 
             env, pairs = make_pairs(args.pairs)
             if pretrained:
@@ -272,7 +271,9 @@ def main() -> None:
             (work / "pairs.jsonl").write_text("\n".join(p.to_json() for p in pairs) + "\n")
             tok = AutoTokenizer.from_pretrained(work / "model")
             rendered = [render(t, tok) for p in pairs for t in (p.chosen, p.rejected)]
-            shared = int(collate_forked(dpo_examples(pairs, tok))["forks"][:, 0].sum())
+            sides = zip(rendered[::2], rendered[1::2], strict=True)
+            forked = collate_forked([DpoExample(c, r) for c, r in sides])
+            shared = int(forked["forks"][:, 0].sum())
         tokens = sum(len(r.input_ids) for r in rendered) * args.epochs
         agent_share = sum(sum(r.action_mask) for r in rendered) * args.epochs / tokens
         trainers = ["ours", "ours-rows", "trl"] if args.rows else ["ours", "trl"]
@@ -300,13 +301,13 @@ def main() -> None:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     ratios, notes = {}, []
+    labels = {
+        "ours": "coevo train_dpo",
+        "ours-rows": "coevo train_dpo, shared prefixes off",
+        "trl": "TRL DPOTrainer",
+    }
     for mode in modes:
         best = {}
-        labels = {
-            "ours": "coevo train_dpo",
-            "ours-rows": "coevo train_dpo, shared prefixes off",
-            "trl": "TRL DPOTrainer",
-        }
         for which in trainers:
             label = labels[which]
             speed = results[(which, mode, "speed")]

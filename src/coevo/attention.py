@@ -1,8 +1,9 @@
 """The SDPA attention coevo switches models to, for generation and for DPO (both exact).
 
-Generation: grouped-query attention over a cache without copying it. A model with grouped-query attention (SmolLM2: 9 query heads share 3 key/value heads) runs
-transformers' SDPA path by expanding every key and value head to its query heads
-(`repeat_kv`), a copy of the whole cache in each layer. For one query token transformers
+Generation: grouped-query attention over a cache without copying it. A model with
+grouped-query attention (SmolLM2: 9 query heads share 3 key/value heads) runs transformers'
+SDPA path by expanding every key and value head to its query heads (`repeat_kv`), a copy of
+the whole cache in each layer. For one query token transformers
 avoids it by folding the query heads of a group into rows; for more it still copies. A
 rollout's prefill has a few new tokens (an observation, an error line) over thousands of
 cached ones, so that copy cost more than the attention itself (measured in
@@ -91,7 +92,10 @@ def forked_sdpa(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     def causal(*slices: slice) -> torch.Tensor:  # (1, tokens, heads, head_dim)
-        q, k, v = (torch.cat([x[:, :, s] for s in slices], dim=2) for x in (query, key, value))
+        if len(slices) == 1:  # a view: no copy
+            q, k, v = (x[:, :, slices[0]] for x in (query, key, value))
+        else:
+            q, k, v = (torch.cat([x[:, :, s] for s in slices], dim=2) for x in (query, key, value))
         out, _ = sdpa_attention_forward(
             module, q, k, v, None, dropout=dropout, scaling=scaling, is_causal=True, **kwargs
         )

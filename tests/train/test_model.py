@@ -9,6 +9,7 @@ import torch
 
 from coevo.lengths import length_groups
 from coevo.train.batches import DpoExample, Tokens, collate_dpo, collate_forked, collate_sft
+from coevo.train.dpo import pair_logps
 from coevo.train.losses import sequence_logps
 from coevo.train.model import AgentLogps
 from tests.train.conftest import random_seq, tiny_llama
@@ -95,7 +96,7 @@ def test_forked_pairs_give_what_padded_rows_give():
     model.train()
     rows = collate_dpo(pairs)
     net = AgentLogps(model)
-    expected, expected_tokens = net(rows["input_ids"], rows["attention_mask"], rows["action_mask"])
+    expected, expected_tokens = pair_logps(net, rows)
     (expected * torch.linspace(1, 2, len(expected), dtype=expected.dtype)).sum().backward()
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
@@ -113,14 +114,7 @@ def test_forked_pairs_give_what_padded_rows_give():
     # Each shared prefix runs once: fewer tokens than both sides, and no pads.
     assert forked["input_ids"].shape[1] == forked["forks"].sum() < rows["attention_mask"].sum()
     assert int(forked["tokens"]) == int(rows["attention_mask"].sum())
-    got, tokens = net(
-        forked["input_ids"],
-        None,
-        None,
-        position_ids=forked["position_ids"],
-        forks=forked["forks"],
-        scored=forked["scored"],
-    )
+    got, tokens = pair_logps(net, forked)
     (got * torch.linspace(1, 2, len(got), dtype=got.dtype)).sum().backward()
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)
     assert tokens.tolist() == expected_tokens.tolist()
@@ -135,11 +129,4 @@ def test_a_model_that_cannot_fork_says_so():
     assert not net.can_fork()
     forked = collate_forked(forked_pairs())
     with pytest.raises(ValueError, match="shared_prefix: false"):
-        net(
-            forked["input_ids"],
-            None,
-            None,
-            position_ids=forked["position_ids"],
-            forks=forked["forks"],
-            scored=forked["scored"],
-        )
+        pair_logps(net, forked)
