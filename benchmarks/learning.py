@@ -140,7 +140,9 @@ def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]
             "",
             to_markdown(compare(dirs)),
             "### Wall time per run and stage kind (minutes, from the stage manifests; a run's "
-            "stages adopted from another run, such as the shared SFT start, are not counted)",
+            "stages adopted from another run, such as the shared SFT start, are not counted; a "
+            "stage resumed across processes counts all its attempts when its manifest says how "
+            "many, only its last one before that)",
             "",
             "| env | method | seed | " + " | ".join(STAGE_KINDS) + " | total |",
             "| --- | --- | --- |" + " --- |" * (len(STAGE_KINDS) + 1),

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
@@ -199,3 +200,44 @@ def test_a_finished_stage_drops_its_scratch_and_keeps_its_outputs(tmp_path):
     p.stage("sft", trains)
     assert not (tmp_path / "stages/sft/checkpoints").exists()
     assert (tmp_path / "stages/sft/model/weights").exists()
+
+
+def test_a_stage_counts_the_time_of_every_attempt(tmp_path, monkeypatch):
+    from coevo.pipeline import Attempts
+
+    monkeypatch.setattr(Attempts, "every", 0.02)
+    p = Pipeline(tmp_path, {}, quiet=True)
+    notes = tmp_path / "stages/sft/attempts.json"
+    seen_inside = []
+
+    def cut(out):
+        time.sleep(0.2)
+        # What a kill here would leave: the heartbeat has noted the attempt still running.
+        seen_inside.append(json.loads(notes.read_text()))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        p.stage("sft", cut)
+    (inside,) = seen_inside
+    assert len(inside) == 1 and inside[0]["seen"] - inside[0]["started"] >= 0.1
+    # An attempt killed outright (no chance to note its end), as a file from another process.
+    first = json.loads(notes.read_text())
+    assert first[0]["seen"] - first[0]["started"] >= 0.2
+    notes.write_text(json.dumps(first + [{"started": 1000.0, "seen": 1100.0}]))
+
+    p.stage("sft", lambda out: time.sleep(0.1) or {"ok": True})
+    manifest = json.loads((tmp_path / "stages/sft/manifest.json").read_text())
+    assert manifest["attempts"] == 3
+    assert 100.3 <= manifest["seconds"] < 105
+    assert manifest["started"] == first[0]["started"]
+    assert not notes.exists()  # the manifest holds the sum
+
+
+def test_unreadable_attempt_notes_start_the_count_afresh(tmp_path):
+    p = Pipeline(tmp_path, {}, quiet=True)
+    notes = tmp_path / "stages/sft/attempts.json"
+    notes.parent.mkdir(parents=True)
+    notes.write_text('[{"started": 1')  # cut short
+    p.stage("sft", lambda out: {"ok": True})
+    manifest = json.loads((tmp_path / "stages/sft/manifest.json").read_text())
+    assert manifest["attempts"] == 1 and 0 <= manifest["seconds"] < 5

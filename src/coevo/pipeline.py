@@ -5,7 +5,9 @@ A run directory holds `config.yaml` (the resolved config), and for each stage a 
 inputs, outputs, finished time). The manifest is written last and atomically (temp file +
 rename), so after a kill at any moment a stage either has a manifest (finished, skipped next
 time) or not (run again; stages resume from what they stored, e.g. committed trajectories or
-trainer checkpoints).
+trainer checkpoints). A manifest's `seconds` is the stage's time over all its attempts: each
+attempt notes in `attempts.json` when it started and, every minute and when it stops, that it
+is still running, so an attempt cut off by a kill counts up to its last note.
 
 Folders a stage writes only to resume itself (`scratch`: a trainer's checkpoints, 1.6 GB a
 state for SmolLM2-135M) are removed once it finished, since a finished stage never runs again;
@@ -24,10 +26,12 @@ that differ.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -181,28 +185,90 @@ class Pipeline:
             self._clear_scratch(name)
             return finished["outputs"]
         self.say(name, style="bold")
-        start = time.time()
-        outputs = fn(self.stage_dir(name)) or {}
+        with Attempts(self.stage_dir(name) / ATTEMPTS) as attempts:
+            outputs = fn(self.stage_dir(name)) or {}
         record = {
             "stage": name,
             "config_hash": self.hash,
             "inputs": inputs or {},
             "outputs": outputs,
-            "started": start,
+            "started": attempts.started,
             "finished": time.time(),
-            "seconds": round(time.time() - start, 3),
+            "seconds": round(attempts.seconds, 3),
+            "attempts": len(attempts.times),
         }
         if self.rows is not None:
             record["store_rows"] = self.rows(name)
         write_atomic(
             self.stage_dir(name) / "manifest.json", json.dumps(record, indent=2, default=str)
         )
+        (self.stage_dir(name) / ATTEMPTS).unlink(missing_ok=True)  # the manifest has the sum
         self._clear_scratch(name)
         return outputs
 
     def _clear_scratch(self, name: str) -> None:
         for folder in self.scratch:
             shutil.rmtree(self.run_dir / "stages" / name / folder, ignore_errors=True)
+
+
+ATTEMPTS = "attempts.json"
+
+
+class Attempts:
+    """The time a stage has run over all its attempts, kept in `path` across processes.
+
+    Entering notes a new attempt (its start) after those already in the file; while inside,
+    a daemon thread notes every `every` seconds that the attempt still runs, and leaving (a
+    return, an error, a Ctrl-C) notes it a last time. An attempt killed outright counts up to
+    its last note, so at most `every` seconds of it go uncounted. A file that cannot be read
+    starts the count afresh; one that cannot be written costs only the count.
+    """
+
+    every = 60.0
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.times: list[dict[str, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Attempts:
+        try:
+            earlier = json.loads(self.path.read_text())
+            self.times = [
+                {"started": float(t["started"]), "seen": float(t["seen"])} for t in earlier
+            ]
+        except (OSError, ValueError, TypeError, KeyError):
+            self.times = []
+        now = time.time()
+        self.times.append({"started": now, "seen": now})
+        self._note()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._note()
+
+    @property
+    def started(self) -> float:
+        return self.times[0]["started"]
+
+    @property
+    def seconds(self) -> float:
+        return sum(max(t["seen"] - t["started"], 0.0) for t in self.times)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            self._note()
+
+    def _note(self) -> None:
+        self.times[-1]["seen"] = time.time()
+        with contextlib.suppress(OSError):  # a full disk must not stop the stage
+            write_atomic(self.path, json.dumps(self.times))
 
 
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
