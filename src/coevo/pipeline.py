@@ -41,6 +41,8 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from coevo.heap import release_free_memory
+
 console = Console(stderr=True)
 
 
@@ -204,6 +206,7 @@ class Pipeline:
         )
         (self.stage_dir(name) / ATTEMPTS).unlink(missing_ok=True)  # the manifest has the sum
         self._clear_scratch(name)
+        release_free_memory()  # the next stage, and any run beside this one, gets this one's peak
         return outputs
 
     def _clear_scratch(self, name: str) -> None:
