@@ -29,6 +29,14 @@ the envs stepped in this process against the envs in N Ray worker processes
 time. Both sides start their envs before the clock; the episodes must come out identical. Its
 figures go to the section "## Env workers" of the results file.
 
+    python benchmarks/rollout_speed.py --store runs/l6/shop/eto-s0 --model smollm2-135m
+
+--store RUN_DIR runs no model: for the explorations a run stored (every agent but the expert)
+it counts the tokens each way would run through the model, one at a time (every step's whole
+prompt and its reply) and lockstep with kept caches (every step's new prompt tokens and its
+reply), with --model's tokenizer. Their ratio bounds the speedup wherever a token costs both
+ways alike (prefill, compute-bound on a CPU); only decoding, batched lockstep, can add to it.
+
 Writes benchmarks/results/rollout_speed.md: a nano or --model DIR run rewrites the top of the
 file (its notes included, as before), a pretrained model's run only its own section,
 "## Pretrained model: NAME"; each keeps the other's. The last line printed is `speedup: N.NN`.
@@ -117,9 +125,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, help="compare N Ray env workers with in-process")
     parser.add_argument("--env", default="sciworld", help="the env of --workers (default sciworld)")
     parser.add_argument("--max-steps", type=int, default=10, help="step budget with --workers")
+    parser.add_argument("--store", type=Path, help="count the tokens of a run's stored episodes")
     args = parser.parse_args()
     if args.workers:
         workers_main(args)
+        return
+    if args.store:
+        stored_tokens(args.store, args.model or "smollm2-135m")
         return
     pretrained = args.model in PRETRAINED
     small = 8 if pretrained else 64
@@ -309,6 +321,37 @@ def timed_env_calls(pool) -> list[float]:
 
         setattr(pool, name, timed)
     return box
+
+
+def stored_tokens(run: Path, model: str) -> None:
+    """Print the tokens one at a time and lockstep would run for a run's stored episodes."""
+    from transformers import AutoTokenizer
+
+    from coevo.store import Store, store_path
+
+    tokenizer = AutoTokenizer.from_pretrained(get_model(model) if model in PRETRAINED else model)
+    with Store(store_path(run)) as store:
+        episodes = [t for t in store.trajectories() if t.agent != "expert"]
+    if not episodes:
+        raise SystemExit(f"{run} stores no explorations (only expert episodes, or none).")
+    whole = new = replies = steps = 0
+    for episode in episodes:
+        seen = 0  # tokens a kept cache holds: the last prompt and reply
+        for i, turn in enumerate(episode.turns):
+            if turn.role != "assistant":
+                continue
+            prompt = len(render_prompt(episode.turns[:i], tokenizer))
+            reply = len(turn.token_ids or tokenizer(turn.text)["input_ids"])
+            whole += prompt + reply
+            new += prompt - seen + reply
+            replies += reply
+            seen = prompt + reply
+            steps += 1
+    print(
+        f"{run}: {len(episodes)} episodes, {steps} steps, {whole / steps:.0f} tokens a step one at "
+        f"a time; tokens one at a time {whole:,}, lockstep {new:,} (replies {replies / new:.0%} "
+        f"of them): ratio {whole / new:.2f}"
+    )
 
 
 def describe_model(model: str) -> str:
