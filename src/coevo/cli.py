@@ -323,15 +323,23 @@ def compare_command(
     metric: Annotated[
         str, typer.Option(help="What the cells show: reward (mean final reward) or success.")
     ] = "reward",
+    baseline: Annotated[
+        str,
+        typer.Option(
+            help="Method whose runs the others are paired with, task by task and seed by seed "
+            "(differences with bootstrap intervals); '' for none."
+        ),
+    ] = "sft",
 ) -> None:
     """Tables of the paper's layout: the metric per method x env/split, finally and per
-    iteration (with the episodes behind each cell), how the agent acted, outcome shares."""
+    iteration (with the episodes behind each cell), each method's paired difference from the
+    baseline, how the agent acted, outcome shares."""
     import json
 
     from coevo.analysis.compare import compare, to_markdown
 
     try:
-        tables = compare(run_dirs, metric=metric)
+        tables = compare(run_dirs, metric=metric, baseline=baseline or None)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     for note in tables["skipped"]:

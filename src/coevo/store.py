@@ -492,6 +492,18 @@ class Store:
             ).fetchone()
         return int(row[0])
 
+    def task_rewards(self, stage: str) -> dict[str, list[float]]:
+        """Task id -> the rewards of the trajectories stage tag `stage` stored (e.g.
+        `eval-1-test_unseen`), in insertion order; only those two columns are read."""
+        with self._guard():
+            rows = self._db.execute(
+                "SELECT task, reward FROM trajectories WHERE stage = ? ORDER BY id", (stage,)
+            ).fetchall()
+        rewards: dict[str, list[float]] = {}
+        for task, reward in rows:
+            rewards.setdefault(task, []).append(float(reward))
+        return rewards
+
     def stages(self, table: str = "trajectories") -> list[str]:
         """The stage tags of the stored trajectories (`explore-1-target`, `eval-0-valid`, ...)
         or, with `table="pairs"`, of the stored pairs (`dpo-1-target`, ...)."""

@@ -3,7 +3,9 @@
 Reads run directories written by `coevo run` (`coevo.analysis.runs`): each eval stage's
 `EvalRecord` (episode stats per split) and each exploration's `ExploreRecord` (outcome shares
 per agent). A method's score in a run is its last finished eval; cells are mean +- std over
-seeds, with the number of episodes behind them. Paths that are not runs are skipped with a note.
+seeds, with the number of episodes behind them; with a baseline method (SFT), each method's
+difference from it on the same tasks and seeds, with bootstrap intervals (`paired`). Paths that
+are not runs are skipped with a note.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from coevo.analysis.outcomes import OUTCOMES
+from coevo.analysis.paired import paired, paired_markdown
 from coevo.analysis.runs import read_run, read_runs
 
 __all__ = ["METRICS", "cell", "compare", "read_run", "to_markdown"]
@@ -35,9 +38,12 @@ def cell(values: list[float], episodes: int = 0, scale: float = 100.0) -> str:
     return f"{mean:.1f} ± {statistics.stdev(values) * scale:.1f}{count}"
 
 
-def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any]:
+def compare(
+    run_dirs: list[str | Path], metric: str = "reward", baseline: str | None = "sft"
+) -> dict[str, Any]:
     """Tables as data: {"columns", "rows": {method: {column: [values]}}, "episodes": {method:
     {column: n}}, "outcomes", "iterations", "behaviour", "rounds" (agent_data's, per method),
+    "paired" (differences from `baseline`'s runs, `paired.paired`; None without a baseline),
     "runs", "skipped": [notes]}."""
     if metric not in METRICS:
         raise ValueError(f"--metric must be one of {', '.join(METRICS)}, not {metric!r}.")
@@ -109,9 +115,15 @@ def compare(run_dirs: list[str | Path], metric: str = "reward") -> dict[str, Any
             for run in runs
             if run.rounds
         },
+        "paired": _ordered(paired(runs, baseline, metric), columns) if baseline else None,
         "runs": [r.path for r in runs],
         "skipped": skipped,
     }
+
+
+def _ordered(table: dict[str, Any], columns: list[str]) -> dict[str, Any]:
+    """The paired table with its columns in the main table's order."""
+    return {**table, "columns": [c for c in columns if c in table["columns"]]}
 
 
 def held_out_average(cells: dict[str, list[float]], columns: list[str]) -> str:
@@ -140,6 +152,9 @@ def to_markdown(tables: dict[str, Any]) -> str:
             + " | ".join(cell(cells.get(c, []), counts.get(method, {}).get(c, 0)) for c in columns)
             + f" | {average} |"
         )
+    differences = paired_markdown(tables["paired"]) if tables.get("paired") else ""
+    if differences:
+        lines += ["", differences]
     iterations = tables.get("iterations") or {}
     if iterations:
         last = max(int(i) for cols in iterations.values() for its in cols.values() for i in its)
