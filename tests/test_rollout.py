@@ -380,3 +380,42 @@ def test_the_progress_bar_says_what_it_counts():
     line = out.getvalue()
     assert "explore-1-target, tasks 1-4 of 4" in line
     assert "2/4 episodes, mean reward 0.500," in line and "steps/s" in line
+
+
+class FailingPolicy(ScriptedPolicy):
+    """ScriptedPolicy that is cut off (as by a kill) at its `fail_at`-th generate call."""
+
+    def __init__(self, tokenizer, fail_at: int) -> None:
+        super().__init__(tokenizer)
+        self.fail_at = fail_at
+
+    def generate(self, prompts, sampling, *, seeds=None):
+        if len(self.calls) + 1 == self.fail_at:
+            raise KeyboardInterrupt
+        return super().generate(prompts, sampling, seeds=seeds)
+
+
+def test_episodes_are_handed_on_as_they_end(tokenizer):
+    tasks = ToyEnv().tasks("train")
+    policy = ScriptedPolicy(tokenizer)
+    handed: list[tuple[int, list[tuple[str, int]]]] = []  # (generate calls so far, episodes)
+
+    def on_finished(episodes):
+        handed.append((len(policy.calls), [(t.task.id, t.sample) for t in episodes]))
+
+    played = rollout(
+        policy, ToyEnv, tasks, samples=2, batch_size=4, progress=False, on_finished=on_finished
+    )
+    every = [key for _, keys in handed for key in keys]
+    assert sorted(every) == sorted((t.task.id, t.sample) for t in played)  # each once
+    assert handed[0][0] < len(policy.calls)  # the first came long before the rollout ended
+    # Cut off mid-way, the rollout had already handed on every episode that ended before.
+    cut = FailingPolicy(tokenizer, fail_at=5)
+    ended = []
+    with pytest.raises(KeyboardInterrupt):
+        rollout(
+            cut, ToyEnv, tasks, samples=2, batch_size=4, progress=False, on_finished=ended.extend
+        )
+    # The same scripted episodes: exactly those the whole run had ended within 4 calls.
+    expected = [key for calls, keys in handed if calls <= 4 for key in keys]
+    assert expected and [(t.task.id, t.sample) for t in ended] == expected

@@ -84,6 +84,7 @@ def rollout(
     progress: bool = True,
     description: str = "rollout",
     cache: bool = True,
+    on_finished: Callable[[list[Trajectory]], None] | None = None,
 ) -> list[Trajectory]:
     """Play `samples` episodes of every task with `policy`; trajectories in task order.
 
@@ -92,6 +93,8 @@ def rollout(
     (default: the policy's context); older exchanges are dropped to fit, and the episode's
     `prompts_cut_by_max_length` counts its replies sampled so. `cache` lets a
     policy that supports sessions keep each episode's key/value cache between steps.
+    `on_finished` is called with the episodes each step ended, as they end (e.g. to store
+    them, so that a kill loses only the episodes still in play).
     """
     if samples < 1 or batch_size < 1:
         raise ValueError(f"samples and batch_size must be at least 1, got {samples}, {batch_size}.")
@@ -163,6 +166,8 @@ def rollout(
                 if not {"env_error", "worker_lost"} & ep.metadata.keys():
                     pool.release(ep.env)
                 bar.done(results[ep.index].reward)
+            if on_finished is not None and finished:
+                on_finished([results[ep.index] for ep in finished])
             gone = {id(ep) for ep in finished + lost}
             live = [ep for ep in live if id(ep) not in gone]
             ended = [(token, ep.index) for ep in finished + lost]

@@ -45,3 +45,33 @@ def test_a_model_in_memory_is_played_as_it_is(tmp_path, nano_model_dir):
         run_with(tmp_path, model={"dtype": "float64"}), StageModel(nano_model_dir, module), "t"
     )
     assert wide.model is not module and module.dtype == torch.float32  # never cast
+
+
+def test_a_cut_exploration_keeps_the_episodes_that_ended(tmp_path, nano_model_dir):
+    import pytest
+    from transformers import AutoTokenizer
+
+    from coevo.envs.pool import EnvPool
+    from coevo.methods.rollouts import play_and_store
+    from coevo.store import Store
+    from tests.test_rollout import FailingPolicy, ScriptedPolicy
+    from tests.toy_env import ToyEnv
+
+    tokenizer = AutoTokenizer.from_pretrained(nano_model_dir)
+    tasks = ToyEnv().tasks("train")
+    with Store(tmp_path / "run") as store, EnvPool(ToyEnv) as pool:
+        run = Run(build(RunConfig, {}), Pipeline(tmp_path / "run", {}), store, pool)
+        settings = {"stage": "explore-1-target", "iteration": 1, "samples": 2, "batch_size": 4}
+        done: set[tuple[str, int]] = set()
+        with pytest.raises(KeyboardInterrupt):  # as a kill mid-exploration
+            play_and_store(
+                run, FailingPolicy(tokenizer, 6), tasks, done, **settings, progress=False
+            )
+        kept = store.trajectories(stage="explore-1-target")
+        assert kept and len(kept) < 2 * len(tasks)
+        assert done == {(t.task.id, t.sample) for t in kept}
+        # The rerun plays the tasks again but stores only the episodes the store lacks.
+        play_and_store(run, ScriptedPolicy(tokenizer), tasks, done, **settings, progress=False)
+        keys = [(t.task.id, t.sample) for t in store.trajectories(stage="explore-1-target")]
+        assert sorted(keys) == sorted((t.id, k) for t in tasks for k in range(2))
+        assert [(t.task.id, t.sample) for t in kept] == keys[: len(kept)]  # first ones untouched

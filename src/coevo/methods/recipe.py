@@ -138,7 +138,8 @@ class ExploreSection:
     batch_size: int = 32
     """Episodes advancing together in one batched generate."""
     chunk: int = 128
-    """Episodes stored per transaction: a killed exploration resumes after the last chunk."""
+    """Tasks per rollout call. Episodes are stored as they end (under accelerate launch, once
+    a chunk's episodes are back from every process): a killed exploration resumes from them."""
 
 
 @dataclass

@@ -58,8 +58,8 @@ def explore(
 ) -> list[Trajectory]:
     """Sampled rollouts of `agent` on `tasks` (stage `explore-<iteration>-<agent>`).
 
-    Episodes are stored chunk by chunk, each chunk in one transaction; after a kill the
-    stage reruns and plays only the (task, sample) episodes no committed chunk holds.
+    Episodes are stored as they end (`play_and_store`); after a kill the stage reruns and
+    plays only the (task, sample) episodes the store does not hold.
     """
     cfg = run.config.explore
     samples = samples or cfg.samples
@@ -76,10 +76,13 @@ def explore(
             agent_policy = policy(run, model, agent)
             for start in range(0, len(todo), cfg.chunk):
                 chunk = todo[start : start + cfg.chunk]
-                played = play(
+                play_and_store(
                     run,
                     agent_policy,
                     chunk,
+                    done,
+                    stage=name,
+                    iteration=iteration,
                     sampling=sampling,
                     samples=samples,
                     batch_size=cfg.batch_size,
@@ -88,9 +91,6 @@ def explore(
                     max_length=run.config.model.max_length,
                     description=f"{name}, tasks {start + 1}-{start + len(chunk)} of {len(todo)}",
                 )
-                fresh = [t for t in played if (t.task.id, t.sample) not in done]
-                if run.processes.main:
-                    run.store.add_trajectories(fresh, iteration=iteration, stage=name)
         played = run.store.trajectories(stage=name)
         stats = episode_stats(played)
         threshold = run.config.analysis.hard_negative_threshold
@@ -123,13 +123,17 @@ def evaluate(run: Run, model: StageModel, iteration: int) -> EvalRecord:
         splits = {}
         for split in cfg.splits:
             name = f"eval-{iteration}-{split}"
-            # A split finished before a kill is read back rather than played and stored again.
-            played = run.store.trajectories(stage=name)
-            if not played:
-                played = play(
+            # Episodes stored before a kill are read back rather than played again.
+            done = {(t.task.id, t.sample) for t in run.store.trajectories(stage=name)}
+            todo = [task for task in run.tasks(split) if (task.id, 0) not in done]
+            if todo:
+                play_and_store(
                     run,
                     target,
-                    run.tasks(split),
+                    todo,
+                    done,
+                    stage=name,
+                    iteration=iteration,
                     sampling=sampling,
                     batch_size=cfg.batch_size,
                     seed=run.config.seed,
@@ -137,13 +141,40 @@ def evaluate(run: Run, model: StageModel, iteration: int) -> EvalRecord:
                     max_length=run.config.model.max_length,
                     description=f"eval-{iteration} {split}",
                 )
-                if run.processes.main:
-                    run.store.add_trajectories(played, iteration=iteration, stage=name)
-            splits[split] = episode_stats(played)
+            splits[split] = episode_stats(run.store.trajectories(stage=name))
         return EvalRecord(iteration, splits)
 
     inputs = {"model": str(model.path), "sampling": sampling.to_dict()}
     return run.stage(f"eval-{iteration}", stage, EvalRecord.from_dict, inputs, everyone=True)
+
+
+def play_and_store(
+    run: Run,
+    policy: Policy,
+    tasks: list[Task],
+    done: set[tuple[str, int]],
+    *,
+    stage: str,
+    iteration: int,
+    **settings: Any,
+) -> None:
+    """Play `tasks` (`play`) and store under `stage` the episodes whose (task id, sample) is
+    not in `done`. One process stores each step's ended episodes as they end, each step's in
+    one transaction, so a kill loses only the episodes still in play; under accelerate launch
+    the main process stores them all once every process's share is back."""
+
+    def store(played: list[Trajectory]) -> None:
+        fresh = [t for t in played if (t.task.id, t.sample) not in done]
+        if fresh:
+            run.store.add_trajectories(fresh, iteration=iteration, stage=stage)
+            done.update((t.task.id, t.sample) for t in fresh)
+
+    if run.processes.count == 1:
+        play(run, policy, tasks, on_finished=store, **settings)
+        return
+    played = play(run, policy, tasks, **settings)
+    if run.processes.main:
+        store(played)
 
 
 def play(run: Run, policy: Policy, tasks: list[Task], **settings: Any) -> list[Trajectory]:
