@@ -196,3 +196,14 @@ def test_headless_chromium_renders_the_page(demo_like_runs, tmp_path):
     # Not a blank page: text, tables and figures leave many dark pixels.
     dark = sum(image.histogram()[:128])
     assert dark > 20_000
+
+
+def test_the_page_pairs_each_method_with_sft_task_by_task(demo_like_runs, tmp_path):
+    page = write_report(demo_like_runs, tmp_path / "report").read_text()
+    sft, eto = demo_like_runs
+    with Store(sft, readonly=True) as a, Store(eto, readonly=True) as b:
+        start = {t.task.id: t.reward for t in a.trajectories(stage="eval-0-test_seen")}
+        after = {t.task.id: t.reward for t in b.trajectories(stage="eval-1-test_seen")}
+    diff = statistics.fmean(after[task] - start[task] for task in start) * 100
+    assert 'id="reward-paired"' in page
+    assert f"<td>{diff:+.1f} [" in page.split('id="reward-paired"')[1]

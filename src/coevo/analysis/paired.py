@@ -134,21 +134,26 @@ def paired_markdown(table: dict[str, Any]) -> str:
     if not rows:
         return ""
     lines = [
-        f"### {table['metric'].capitalize()} minus {table['baseline']}'s on the same tasks and "
-        "seed (x100; mean over seeds [95% bootstrap interval over tasks], seeds)",
+        f"### {paired_title(table)}",
         "",
         "| method | " + " | ".join(columns) + " |",
         "| --- |" + " --- |" * len(columns),
     ]
     for method, cells in rows.items():
-        shown = []
-        for column in columns:
-            d = cells.get(column)
-            shown.append(
-                "-"
-                if d is None
-                else f"{d['mean'] * 100:+.1f} [{d['low'] * 100:+.1f}, {d['high'] * 100:+.1f}], "
-                f"{d['seeds']}"
-            )
+        shown = [difference_cell(cells.get(column)) for column in columns]
         lines.append(f"| {method} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
+
+
+def paired_title(table: dict[str, Any]) -> str:
+    return (
+        f"{table['metric'].capitalize()} minus {table['baseline']}'s on the same tasks and "
+        "seed (x100; mean over seeds [95% bootstrap interval over tasks], seeds)"
+    )
+
+
+def difference_cell(d: dict[str, Any] | None) -> str:
+    """`+2.5 [-1.0, +6.0], 3` (x100), or `-` for no difference measured."""
+    if d is None:
+        return "-"
+    return f"{d['mean'] * 100:+.1f} [{d['low'] * 100:+.1f}, {d['high'] * 100:+.1f}], {d['seeds']}"

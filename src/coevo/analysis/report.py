@@ -21,6 +21,7 @@ from typing import Any
 
 from coevo.analysis import figures
 from coevo.analysis.compare import BEHAVIOUR, cell, compare, held_out_average
+from coevo.analysis.paired import difference_cell, paired_title
 from coevo.analysis.examples import Example, pick_examples
 from coevo.analysis.outcomes import OUTCOMES
 from coevo.analysis.runs import RunSummary, read_runs, training_logs
@@ -138,7 +139,7 @@ def _td(value: Any) -> str:
 
 def _numeric(text: str) -> bool:
     head = text.split(" ", 1)[0]
-    return head == "-" or head.replace(".", "", 1).lstrip("-").isdigit()
+    return head == "-" or head.replace(".", "", 1).lstrip("+-").isdigit()
 
 
 def _figure(path: Path, alt: str) -> str:
@@ -204,6 +205,16 @@ def _final(tables: dict[str, dict[str, Any]]) -> str:
             f"<h3>{_e(metric.capitalize())}</h3>"
             + _table(["method", *columns, "average (test splits)"], rows, id_=f"{metric}-final")
         )
+        paired = tab.get("paired")
+        if paired and paired["rows"]:
+            diffs = [
+                [method, *(difference_cell(cells.get(c)) for c in paired["columns"])]
+                for method, cells in paired["rows"].items()
+            ]
+            body.append(
+                f"<p>{_e(paired_title(paired))}</p>"
+                + _table(["method", *paired["columns"]], diffs, id_=f"{metric}-paired")
+            )
     return _section("After the last iteration (the paper's Table 3)", "".join(body))
 
 
