@@ -21,9 +21,9 @@ from typing import Any
 
 from coevo.analysis import figures
 from coevo.analysis.compare import BEHAVIOUR, cell, compare, held_out_average
-from coevo.analysis.paired import difference_cell, paired_title
 from coevo.analysis.examples import Example, pick_examples
 from coevo.analysis.outcomes import OUTCOMES
+from coevo.analysis.paired import difference_cell, paired_title
 from coevo.analysis.runs import RunSummary, read_runs, training_logs
 
 BEHAVIOUR_LABELS = {
