@@ -177,3 +177,20 @@ def test_compare_command_checks_the_metric_and_names_the_skipped(tmp_path):
     assert result.exit_code == 0, result.output
     assert "| eto | 50.0 | 30.0 | 40.0 |" in result.stdout
     assert "not a run directory" in result.stderr
+
+
+def test_outcomes_per_iteration_once_an_agent_explored_again(tmp_path):
+    first = {"success": 0.5, "hard_negative": 0.25, "failure": 0.25}
+    run = fake_run(tmp_path, "a", "failure_agent", 0, 0.5, 0.3, first)
+    md = to_markdown(compare([run]))
+    assert "| failure_agent / target | 50.0 | 25.0 | 25.0 |" in md
+    assert "per iteration (% of rollouts" not in md  # one exploration: nothing to break down
+    later = {"success": 0.25, "hard_negative": 0.5, "failure": 0.25}
+    stage = run / "stages" / "explore-2"
+    stage.mkdir()
+    outputs = {"kind": "explore", "iteration": 2, "outcomes": {"target": later}}
+    (stage / "manifest.json").write_text(json.dumps({"outputs": outputs}))
+    md = to_markdown(compare([run]))
+    assert "| failure_agent / target | 37.5 | 37.5 | 25.0 |" in md  # over both explorations
+    assert "| failure_agent / target | 1 | 50.0 | 25.0 | 25.0 |" in md
+    assert "| failure_agent / target | 2 | 25.0 | 50.0 | 25.0 |" in md

@@ -42,7 +42,8 @@ def compare(
     run_dirs: list[str | Path], metric: str = "reward", baseline: str | None = "sft"
 ) -> dict[str, Any]:
     """Tables as data: {"columns", "rows": {method: {column: [values]}}, "episodes": {method:
-    {column: n}}, "outcomes", "iterations", "behaviour", "rounds" (agent_data's, per method),
+    {column: n}}, "outcomes", "outcomes_per_iteration", "iterations", "behaviour", "rounds"
+    (agent_data's, per method),
     "paired" (differences from `baseline`'s runs, `paired.paired`; None without a baseline),
     "runs", "skipped": [notes]}."""
     if metric not in METRICS:
@@ -56,6 +57,10 @@ def compare(
     )
     columns: list[str] = []
     outcome_rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    # "method / agent" -> iteration -> column -> values over seeds
+    outcome_iterations: dict[str, dict[int, dict[str, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
     # method -> column -> iteration -> values over seeds
     by_iteration: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
@@ -87,12 +92,21 @@ def compare(
                     outcome_rows[f"{run.method} / {agent}"][f"{run.env} {name}"].append(
                         shares[name]
                     )
+        for e in run.explorations:
+            for name in OUTCOMES:
+                outcome_iterations[f"{run.method} / {e.agent}"][e.iteration][
+                    f"{run.env} {name}"
+                ].append(e.shares[name])
     return {
         "metric": metric,
         "columns": columns,
         "rows": {m: dict(c) for m, c in rows.items()},
         "episodes": {m: dict(c) for m, c in episodes.items()},
         "outcomes": {m: dict(c) for m, c in outcome_rows.items()},
+        "outcomes_per_iteration": {
+            m: {str(i): dict(c) for i, c in sorted(its.items())}
+            for m, its in outcome_iterations.items()
+        },
         "iterations": {
             m: {c: {str(i): v for i, v in sorted(its.items())} for c, its in cols.items()}
             for m, cols in by_iteration.items()
@@ -226,4 +240,22 @@ def to_markdown(tables: dict[str, Any]) -> str:
                 for c in out_columns
             ]
             lines.append(f"| {name} | " + " | ".join(row) + " |")
+        per_iteration = tables.get("outcomes_per_iteration") or {}
+        if any(len(its) > 1 for its in per_iteration.values()):
+            # An agent's later explorations come after its DPO: the paper's Table 2 effect shows
+            # there, not in the first (both agents then plain SFT agents).
+            lines += [
+                "",
+                "### Exploration outcomes per iteration (% of rollouts, mean over seeds)",
+                "",
+                "| method / agent | iteration | " + " | ".join(out_columns) + " |",
+                "| --- | --- |" + " --- |" * len(out_columns),
+            ]
+            for name, its in per_iteration.items():
+                for i, cells in its.items():
+                    row = [
+                        f"{statistics.fmean(cells[c]) * 100:.1f}" if cells.get(c) else "-"
+                        for c in out_columns
+                    ]
+                    lines.append(f"| {name} | {i} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
