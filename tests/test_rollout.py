@@ -419,3 +419,38 @@ def test_episodes_are_handed_on_as_they_end(tokenizer):
     # The same scripted episodes: exactly those the whole run had ended within 4 calls.
     expected = [key for calls, keys in handed if calls <= 4 for key in keys]
     assert expected and [(t.task.id, t.sample) for t in ended] == expected
+
+
+def test_the_old_caches_are_freed_before_the_next_step_runs(nano_model_dir):
+    """A step over kept sessions copies their caches into one batch cache; the old ones must
+    go as they are copied, not stay beside the new ones until the step ends."""
+    import weakref
+
+    from coevo.policy.hf import HFPolicy
+    from coevo.render import render_prompt
+    from coevo.trajectory import Turn
+
+    policy = HFPolicy(nano_model_dir, dtype="float32")
+    sampling = Sampling(max_new_tokens=4, stop=())
+    firsts = [[Turn("user", f"Type {word}.")] for word in ("fig", "plum")]
+    replies = policy.generate(
+        [render_prompt(t, policy.tokenizer) for t in firsts], sampling, sessions=["a", "b"]
+    )
+    def storage(tensor):  # what holds a kept cache's memory: the tensor, or the one it views
+        return weakref.ref(tensor._base if tensor._base is not None else tensor)
+
+    old = [storage(policy._sessions[key].kv[0][0]) for key in ("a", "b")]
+    alive_at_forward: list[list[bool]] = []
+    hook = policy.model.register_forward_pre_hook(
+        lambda module, args: alive_at_forward.append([r() is not None for r in old])
+    )
+    nexts = [
+        render_prompt(
+            [*t, Turn("assistant", r.text), Turn("user", "Observation: no.")], policy.tokenizer
+        )
+        for t, r in zip(firsts, replies, strict=True)
+    ]
+    policy.generate(nexts, sampling, sessions=["a", "b"])
+    hook.remove()
+    assert alive_at_forward and alive_at_forward[0] == [False, False]
+    assert set(policy._sessions) == {"a", "b"}  # kept again, over the new cache

@@ -122,19 +122,25 @@ def prefix_buffers(
     """Per layer (keys, values), (rows, kv_heads, room, head_dim): row i holds its prefix
     (per layer (kv_heads, tokens, head_dim), or None for nothing cached) ending at slot
     `ends[i]`, zeros before it. The zeros are masked by the caller but must be finite, since
-    0 * NaN is NaN in attention; slots from `ends[i]` on are left for the model to write."""
+    0 * NaN is NaN in attention; slots from `ends[i]` on are left for the model to write.
+
+    Each prefix list is emptied (its layers set to None) as its layers are copied, so old
+    caches nothing else holds are freed while the new buffers fill: the peak is about one
+    batch of caches, not two (a rollout's caches run to gigabytes at long contexts)."""
     shape = (len(prefixes), layout.kv_heads, room, layout.head_dim)
     buffers = []
+    lengths = [prefix[0][0].shape[1] if prefix else 0 for prefix in prefixes]
     for layer in range(layout.layers):
         keys = torch.empty(shape, dtype=dtype, device=device)
         values = torch.empty(shape, dtype=dtype, device=device)
         for row, (prefix, end) in enumerate(zip(prefixes, ends, strict=True)):
-            start = end - (prefix[layer][0].shape[1] if prefix else 0)
+            start = end - lengths[row]
             keys[row, :, :start] = 0
             values[row, :, :start] = 0
             if prefix:
                 keys[row, :, start:end] = prefix[layer][0]
                 values[row, :, start:end] = prefix[layer][1]
+                prefix[layer] = None  # type: ignore[call-overload]
         buffers.append((keys, values))
     return buffers
 

@@ -239,12 +239,15 @@ class HFPolicy:
         tokens only, as they would unbatched.
         """
         n = len(prompts)
-        entries = [self._sessions.get(k) for k in sessions] if sessions else [None] * n
-        reuse = [0] * n
-        for i, entry in enumerate(entries):
-            if entry is not None:
-                same = common_prefix(entry.ids, prompts[i])
-                reuse[i] = min(same, len(prompts[i]) - 1)  # the last token must run: logits
+        # Taken out of the sessions: every row is kept again when it finishes, as a view of
+        # the new cache, and meanwhile the old caches go as soon as they are copied
+        # (`prefix_buffers`) rather than beside the new ones. (A call cut off by an error
+        # leaves its rows no session: a next call runs their whole prompts, as for new rows.)
+        entries = [self._sessions.pop(k, None) for k in sessions] if sessions else [None] * n
+        reuse = [  # the last token must run: its logits
+            min(common_prefix(entry.ids, prompt), len(prompt) - 1) if entry is not None else 0
+            for entry, prompt in zip(entries, prompts, strict=True)
+        ]
         uncached = [len(p) - r for p, r in zip(prompts, reuse, strict=True)]
         groups = (
             length_groups(uncached, self.prefill_waste)
@@ -260,6 +263,7 @@ class HFPolicy:
             [(k[:, :c], v[:, :c]) for k, v in entries[i].kv] if c else None
             for i, c in zip(order, cached, strict=True)
         ]
+        del entries  # the prefixes' views are now the only hold on the old caches
         reserve = max_new_tokens + 1
         if self._layout is None:
             width = fed[order[0]]
