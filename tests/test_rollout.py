@@ -436,6 +436,7 @@ def test_the_old_caches_are_freed_before_the_next_step_runs(nano_model_dir):
     replies = policy.generate(
         [render_prompt(t, policy.tokenizer) for t in firsts], sampling, sessions=["a", "b"]
     )
+
     def storage(tensor):  # what holds a kept cache's memory: the tensor, or the one it views
         return weakref.ref(tensor._base if tensor._base is not None else tensor)
 
