@@ -43,9 +43,8 @@ def compare(
 ) -> dict[str, Any]:
     """Tables as data: {"columns", "rows": {method: {column: [values]}}, "episodes": {method:
     {column: n}}, "outcomes", "outcomes_per_iteration", "iterations", "behaviour", "rounds"
-    (agent_data's, per method),
-    "paired" (differences from `baseline`'s runs, `paired.paired`; None without a baseline),
-    "runs", "skipped": [notes]}."""
+    (agent_data's, per method), "paired" (differences from `baseline`'s runs, `paired.paired`;
+    None without a baseline), "runs", "skipped": [notes]}."""
     if metric not in METRICS:
         raise ValueError(f"--metric must be one of {', '.join(METRICS)}, not {metric!r}.")
     runs, skipped = read_runs(list(run_dirs))
