@@ -234,11 +234,7 @@ def to_markdown(tables: dict[str, Any]) -> str:
             "| --- |" + " --- |" * len(out_columns),
         ]
         for name, cells in tables["outcomes"].items():
-            row = [
-                f"{statistics.fmean(cells[c]) * 100:.1f}" if cells.get(c) else "-"
-                for c in out_columns
-            ]
-            lines.append(f"| {name} | " + " | ".join(row) + " |")
+            lines.append(f"| {name} | {_shares(cells, out_columns)} |")
         per_iteration = tables.get("outcomes_per_iteration") or {}
         if any(len(its) > 1 for its in per_iteration.values()):
             # An agent's later explorations come after its DPO: the paper's Table 2 effect shows
@@ -252,9 +248,12 @@ def to_markdown(tables: dict[str, Any]) -> str:
             ]
             for name, its in per_iteration.items():
                 for i, cells in its.items():
-                    row = [
-                        f"{statistics.fmean(cells[c]) * 100:.1f}" if cells.get(c) else "-"
-                        for c in out_columns
-                    ]
-                    lines.append(f"| {name} | {i} | " + " | ".join(row) + " |")
+                    lines.append(f"| {name} | {i} | {_shares(cells, out_columns)} |")
     return "\n".join(lines) + "\n"
+
+
+def _shares(cells: dict[str, list[float]], columns: list[str]) -> str:
+    """Outcome shares as table cells: % mean over the explorations behind each, `-` for none."""
+    return " | ".join(
+        f"{statistics.fmean(cells[c]) * 100:.1f}" if cells.get(c) else "-" for c in columns
+    )
