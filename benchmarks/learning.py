@@ -13,7 +13,10 @@ starts from that SFT policy
 (`init_from`), as the paper's methods share one SFT start; ETO and failure-agent take it from a
 sibling run that has already explored the same tasks alike, adopting that first exploration
 too (`start_from`). Runs go to `--out/<env>/<method>-s<seed>`
-and resume when the script is rerun. The tables (the paper's Table 3 and Table 2 layouts) and
+and resume when the script is rerun; each run's archive (`coevo archive`: config, manifests,
+logs, per-task eval rewards) goes to benchmarks/results/learning-runs/<env>/, and
+`--report-only` tabulates a run's archive where it got further than the run folder (a fresh
+clone has none). The tables (the paper's Table 3 and Table 2 layouts) and
 the wall time of every run are written to benchmarks/results/learning.md, keeping its notes
 section (what was tried) between the `notes` markers.
 """
@@ -31,6 +34,7 @@ from pathlib import Path
 import yaml
 from machine import describe
 
+from coevo.analysis.archive import archive, finished_stages
 from coevo.analysis.compare import compare, to_markdown
 from coevo.config import load
 from coevo.methods.recipe import RunConfig
@@ -39,6 +43,9 @@ from coevo.quiet import quiet_libraries
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "learning.md"
+# Each grid run's archive (config, manifests, logs, per-task eval rewards; no weights or
+# episodes), committed with the tables so that a fresh clone can tabulate the grid again.
+ARCHIVE = ROOT / "benchmarks" / "results" / "learning-runs"
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
 
 
@@ -81,6 +88,13 @@ def start_from(run_dir: Path, sft_dir: Path, config: RunConfig) -> Path:
     return sft_dir
 
 
+def further(run_dir: Path, kept: Path) -> Path | None:
+    """What to tabulate of one grid cell: the run, or its archive where the archive got further
+    (the run folder of a fresh clone is empty or starting over); None if neither exists."""
+    found = [path for path in (run_dir, kept) if (path / "config.yaml").is_file()]
+    return max(found, key=finished_stages) if found else None
+
+
 def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
     dirs, timings = [], []
     for env in args.envs:
@@ -89,15 +103,18 @@ def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
             for method in args.methods:
                 overrides = [f"seed={seed}", *args.overrides]
                 run_dir = args.out / env / f"{method}-s{seed}"
-                if args.report_only:
-                    if not (run_dir / "config.yaml").is_file():
-                        continue  # not started yet
-                else:
+                kept = ARCHIVE / env / run_dir.name
+                if not args.report_only:
                     config = load(RunConfig, ROOT / "configs" / env / f"{method}.yaml", overrides)
                     if method != "sft":
                         source = start_from(run_dir, sft_dir, config)
                         config = replace(config, init_from=str(source))
                     execute(config, run_dir)
+                run_dir = further(run_dir, kept)
+                if run_dir is None:
+                    continue  # not started yet
+                if run_dir != kept and not args.no_write:
+                    archive(run_dir, kept)
                 minutes = stage_minutes(run_dir)
                 total = sum(minutes.values())
                 kinds = " | ".join(f"{minutes.get(k, 0.0):.1f}" for k in STAGE_KINDS)
@@ -163,7 +180,9 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["sft", "rft", "eto", "failure_agent"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "learning")
-    parser.add_argument("--no-write", action="store_true", help="Print only.")
+    parser.add_argument(
+        "--no-write", action="store_true", help="Print only: write neither tables nor archives."
+    )
     parser.add_argument(
         "--report-only",
         action="store_true",

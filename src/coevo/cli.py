@@ -382,6 +382,26 @@ def report_command(
     console.print(f"report written to {escape(str(page))}", soft_wrap=True)
 
 
+@app.command("archive")
+def archive_command(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (or an archive of one).")],
+    dest: Annotated[Path, typer.Argument(help="Where the archive goes (replaced when whole).")],
+) -> None:
+    """Keep a run's results without its checkpoints or episodes: config, stage manifests,
+    training logs and per-task eval rewards, which `coevo compare` and `coevo report` read as a
+    run. Small enough to commit beside a benchmark."""
+    from coevo.analysis.archive import archive
+
+    try:
+        written = archive(run_dir, dest)
+    except (FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    size = sum(f.stat().st_size for f in written.rglob("*") if f.is_file())
+    console.print(
+        f"archived {escape(str(run_dir))} -> {escape(str(written))} ({size / 1024:.0f} KiB)"
+    )
+
+
 def _print_tables(run_dirs: list[Path]) -> None:
     from coevo.analysis.compare import compare, to_markdown
 

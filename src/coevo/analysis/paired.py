@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
+from coevo.analysis.archive import task_rewards
 from coevo.analysis.runs import RunSummary
-from coevo.store import Store, StoreError, store_path
 from coevo.trajectory import is_success
 
 RESAMPLES = 10_000
@@ -42,16 +42,9 @@ class Difference:
 
 def task_scores(run: RunSummary, split: str, metric: str = "reward") -> dict[str, float]:
     """Task id -> the run's final-eval score on `split` (the mean, should a task have been
-    played more than once); empty when the run's store does not hold that eval."""
-    stage = f"eval-{run.final_iteration}-{split}"
-    path = store_path(run.path)
-    if not path.is_file():
-        return {}
-    try:
-        with Store(path, readonly=True) as store:
-            rows = store.task_rewards(stage)
-    except StoreError:
-        return {}
+    played more than once); empty when neither the run's store nor its archive
+    (`coevo.analysis.archive`) holds that eval."""
+    rows = task_rewards(run.path, f"eval-{run.final_iteration}-{split}")
     scores = {}
     for task, rewards in rows.items():
         values = [float(is_success(r)) if metric == "success" else r for r in rewards]

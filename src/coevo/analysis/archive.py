@@ -1,0 +1,104 @@
+"""A run's results without its weights or episodes: small enough to commit beside a benchmark.
+
+A learning run's checkpoints and store run to gigabytes and live in an ignored run folder, which
+a fresh clone (or another machine) does not have. `archive(run_dir, dest)` keeps what the tables
+and the report read: `config.yaml`, each finished stage's `manifest.json`, the trainers'
+`metrics.jsonl` logs, and `eval_rewards.json` (eval stage tag -> task id -> rewards, from the
+store) for the paired differences. `coevo compare` and `coevo report` read an archive as they
+read its run; only what needs the episodes (the report's example episodes) is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from coevo.store import Store, StoreError, store_path
+
+__all__ = ["REWARDS", "archive", "eval_rewards", "finished_stages", "task_rewards"]
+
+REWARDS = "eval_rewards.json"
+EVAL_PREFIX = "eval-"
+
+
+def finished_stages(run_dir: str | Path) -> int:
+    """How many stages of the run (or archive) have a manifest: how far it got."""
+    return sum(1 for _ in (Path(run_dir) / "stages").glob("*/manifest.json"))
+
+
+def eval_rewards(run_dir: str | Path) -> dict[str, dict[str, list[float]]]:
+    """Eval stage tag (`eval-1-test_unseen`) -> task id -> rewards, from the run's store, or from
+    the archive's `eval_rewards.json` where there is no store; empty if neither can be read."""
+    run_dir = Path(run_dir)
+    if store_path(run_dir).is_file():
+        try:
+            with Store(run_dir, readonly=True) as store:
+                return {
+                    stage: store.task_rewards(stage)
+                    for stage in store.stages()
+                    if stage.startswith(EVAL_PREFIX)
+                }
+        except StoreError:
+            return {}
+    path = run_dir / REWARDS
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(stage): {str(task): [float(r) for r in rewards] for task, rewards in tasks.items()}
+        for stage, tasks in data.items()
+        if isinstance(tasks, dict)
+        and all(
+            isinstance(r, list) and all(isinstance(x, int | float) for x in r)
+            for r in tasks.values()
+        )
+    }
+
+
+def task_rewards(run_dir: str | Path, stage: str) -> dict[str, list[float]]:
+    """Task id -> rewards of one eval stage tag (see `eval_rewards`)."""
+    run_dir = Path(run_dir)
+    if store_path(run_dir).is_file():
+        try:
+            with Store(run_dir, readonly=True) as store:
+                return store.task_rewards(stage)
+        except StoreError:
+            return {}
+    return eval_rewards(run_dir).get(stage, {})
+
+
+def archive(run_dir: str | Path, dest: str | Path) -> Path:
+    """Write the archive of `run_dir` (a run, or an archive) to `dest`, replacing what was there
+    only once the new one is whole; returns `dest`."""
+    run_dir, dest = Path(run_dir), Path(dest)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"{str(run_dir)!r} is not a coevo run directory (no config.yaml).")
+    if dest.resolve() == run_dir.resolve():
+        raise ValueError(f"cannot archive {str(run_dir)!r} onto itself.")
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    shutil.copyfile(run_dir / "config.yaml", partial / "config.yaml")
+    stages = run_dir / "stages"
+    kept = [*stages.glob("*/manifest.json"), *stages.rglob("metrics.jsonl")]
+    for path in kept:
+        if "checkpoints" in path.relative_to(stages).parts:
+            continue  # a trainer's resumable state: the stage's own log is kept beside it
+        target = partial / "stages" / path.relative_to(stages)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    rewards = eval_rewards(run_dir)
+    (partial / REWARDS).write_text(json.dumps(rewards, sort_keys=True, separators=(",", ":")))
+    old = dest.with_name(dest.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if dest.exists():
+        dest.rename(old)
+    partial.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
+    return dest
