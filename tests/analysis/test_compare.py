@@ -194,3 +194,11 @@ def test_outcomes_per_iteration_once_an_agent_explored_again(tmp_path):
     assert "| failure_agent / target | 37.5 | 37.5 | 25.0 |" in md  # over both explorations
     assert "| failure_agent / target | 1 | 50.0 | 25.0 | 25.0 |" in md
     assert "| failure_agent / target | 2 | 25.0 | 50.0 | 25.0 |" in md
+
+
+def test_runs_not_evaluated_yet_say_so_instead_of_an_empty_table(tmp_path):
+    run = tmp_path / "sft-s0"
+    (run / "stages" / "experts").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"method": "sft", "seed": 0}))
+    md = to_markdown(compare([run]))
+    assert "No finished evaluation yet: sft." in md and "| method |" not in md

@@ -158,7 +158,10 @@ def to_markdown(tables: dict[str, Any]) -> str:
         "| method | " + " | ".join(columns) + " | average (test splits) |",
         "| --- |" + " --- |" * (len(columns) + 1),
     ]
-    for method, cells in tables["rows"].items():
+    rows = tables["rows"] if columns else {}
+    if not columns:  # runs still in their first stages: nothing evaluated yet
+        lines[2:] = ["No finished evaluation yet: " + ", ".join(tables["rows"]) + "."]
+    for method, cells in rows.items():
         average = held_out_average(cells, columns)
         lines.append(
             f"| {method} | "
