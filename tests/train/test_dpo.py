@@ -136,8 +136,11 @@ def test_shared_prefixes_run_once_with_the_same_training(tmp_path, model_factory
     assert forked.model.config._attn_implementation == NAME  # the forks' attention ran
     assert losses(forked.history) == pytest.approx(losses(rows.history), rel=1e-4)
     assert all(r["tokens_per_s"] > 0 for r in forked.history if "loss" in r)
+    # AdamW divides each gradient by its running size, so a weight whose gradient is near 0
+    # can step differently by a fraction of the lr (1e-3) when float sums run in another order
+    # (seen: 1.7e-5 on 1 weight of 8192): 5% of a step is allowed, a wrong gradient moves more.
     for k, v in rows.model.state_dict().items():
-        torch.testing.assert_close(forked.model.state_dict()[k], v, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(forked.model.state_dict()[k], v, rtol=1e-4, atol=5e-5)
     # The saved checkpoint names no attention of ours: it loads anywhere.
     saved = json.loads((tmp_path / "forks" / "dpo" / "model" / "config.json").read_text())
     assert NAME not in json.dumps(saved)
