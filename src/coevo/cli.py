@@ -398,7 +398,8 @@ def archive_command(
         fail(str(exc))
     size = sum(f.stat().st_size for f in written.rglob("*") if f.is_file())
     console.print(
-        f"archived {escape(str(run_dir))} -> {escape(str(written))} ({size / 1024:.0f} KiB)"
+        f"archived {escape(str(run_dir))} -> {escape(str(written))} ({size / 1024:.0f} KiB)",
+        soft_wrap=True,
     )
 
 
