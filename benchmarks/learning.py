@@ -1,12 +1,16 @@
 """Learning benchmark: SFT, RFT, ETO and failure-agent on shop, sql and sciworld, several seeds.
 
-    python benchmarks/learning.py                                  # the full grid
-    python benchmarks/learning.py --envs shop --seeds 0 -- iterations=1
-    python benchmarks/learning.py --envs sql --seeds 0 1 2 -- env.train_tasks=64 env.eval_tasks=50
-    python benchmarks/learning.py --envs sql --methods grpo agent_data --seeds 0 -- grpo.steps=8
+    python benchmarks/learning.py                                  # the grid, machine sizes
+    python benchmarks/learning.py --envs shop --seeds 1 2          # resumes, archives
+    python benchmarks/learning.py --envs sql --methods grpo agent_data --seeds 0
+    python benchmarks/learning.py --sizes recipes --envs shop -- iterations=2   # recipe sizes
+    python benchmarks/learning.py --report-only --envs sql shop sciworld       # tables only
 
-The recipes run the pretrained SmolLM2-135M-Instruct (`model.name: smollm2-135m`); the
-overrides say the sizes a run was given, and are written into the results with the commit.
+The recipes run the pretrained SmolLM2-135M-Instruct (`model.name: smollm2-135m`). By default
+each env's runs get the sizes the grid of benchmarks/results/learning.md was measured at on a
+2-core machine (`MACHINE_SIZES`; `--sizes recipes` runs the recipes as they are, for a GPU
+machine); overrides after `--` come last and win. Sizes and overrides are written into the
+results with the commit.
 
 Each (env, seed) first runs SFT; every other method (RFT, ETO, failure-agent, GRPO, agent_data)
 starts from that SFT policy
@@ -47,6 +51,71 @@ RESULTS = ROOT / "benchmarks" / "results" / "learning.md"
 # episodes), committed with the tables so that a fresh clone can tabulate the grid again.
 ARCHIVE = ROOT / "benchmarks" / "results" / "learning-runs"
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
+
+
+# The sizes the grid was measured at on 2 CPU cores (one thread per run, two runs at once):
+# every env's tasks and splits, then per env what its runs add, GRPO's settings for the GRPO
+# methods only (a run's config must stay the same to resume).
+COMMON = (
+    "env.train_tasks=64",
+    "env.valid_tasks=40",
+    "env.eval_tasks=50",
+    "eval.splits=[valid,test_seen,test_unseen]",
+    "sft.epochs=2",
+    "model.cpu_threads=1",
+    "iterations=1",
+    "rft.samples=2",
+)
+MACHINE_SIZES = {
+    "sql": (*COMMON, "dpo.epochs=2", "dpo.compute.gradient_checkpointing=true"),
+    "shop": (*COMMON, "dpo.epochs=1", "sft.compute.gradient_checkpointing=true"),
+    "sciworld": (
+        *COMMON,
+        "dpo.epochs=1",
+        "env.train_tasks=48",
+        "env.valid_tasks=24",
+        "env.eval_tasks=30",
+        "env.options.max_steps=20",
+        "eval.batch_size=16",
+        "explore.batch_size=16",
+        "sft.compute.gradient_checkpointing=true",
+    ),
+}
+GRPO_METHODS = ("grpo", "agent_data")
+MACHINE_GRPO = {
+    "sql": (
+        "grpo.steps=8",
+        "grpo.eval_every=4",
+        "grpo.tasks_per_step=4",
+        "grpo.samples=8",
+        "grpo.rollout_batch_size=32",
+        "grpo.micro_batch_size=4",
+        "grpo.optim.lr=1e-5",
+        "agent_data.synthesis_every=4",
+    ),
+    "shop": (
+        "grpo.steps=4",
+        "grpo.eval_every=2",
+        "grpo.tasks_per_step=4",
+        "grpo.samples=4",
+        "grpo.rollout_batch_size=16",
+        "grpo.micro_batch_size=2",
+        "grpo.compute.gradient_checkpointing=true",
+        "grpo.optim.lr=1e-5",
+        "agent_data.synthesis_every=2",
+    ),
+}
+
+
+def sizes(args: argparse.Namespace, env: str, method: str) -> list[str]:
+    """The overrides of one run: the machine sizes of its env (unless `--sizes recipes`), then
+    the command line's."""
+    preset: tuple[str, ...] = ()
+    if args.sizes == "machine":
+        preset = MACHINE_SIZES.get(env, COMMON)
+        if method in GRPO_METHODS:
+            preset += MACHINE_GRPO.get(env, ())
+    return [*preset, *args.overrides]
 
 
 STAGE_KINDS = ("model", "sft", "explore", "dpo", "grpo", "evolve", "eval")
@@ -101,7 +170,7 @@ def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
         for seed in args.seeds:
             sft_dir = args.out / env / f"sft-s{seed}"
             for method in args.methods:
-                overrides = [f"seed={seed}", *args.overrides]
+                overrides = [f"seed={seed}", *sizes(args, env, method)]
                 run_dir = args.out / env / f"{method}-s{seed}"
                 kept = ARCHIVE / env / run_dir.name
                 if not args.report_only:
@@ -134,6 +203,19 @@ def commit() -> str:
         return "unknown"
 
 
+def described_sizes(args: argparse.Namespace) -> str:
+    """The overrides the grid's runs got, per env (and the GRPO methods' extra ones)."""
+    if args.sizes != "machine":
+        return f"recipe sizes; overrides {' '.join(args.overrides) or '(none)'}"
+    parts = []
+    for env in args.envs:
+        parts.append(f"{env}: {' '.join(sizes(args, env, 'sft'))}")
+        grpo = [m for m in args.methods if m in GRPO_METHODS]
+        if grpo and MACHINE_GRPO.get(env):
+            parts.append(f"{env} {'/'.join(grpo)} also: {' '.join(MACHINE_GRPO[env])}")
+    return "overrides (machine sizes) " + "; ".join(parts)
+
+
 def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]) -> None:
     old = RESULTS.read_text() if RESULTS.exists() else ""
     found = re.search(re.escape(NOTES[0]) + r".*?" + re.escape(NOTES[1]), old, re.DOTALL)
@@ -145,7 +227,7 @@ def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]
             f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {describe()} (at the end); "
             f"commit {commit()}.",
             f"Grid: envs {' '.join(args.envs)}; methods {' '.join(args.methods)}; seeds "
-            f"{' '.join(map(str, args.seeds))}; overrides {' '.join(args.overrides) or '(none)'}.",
+            f"{' '.join(map(str, args.seeds))}; {described_sizes(args)}.",
             "Recipes: configs/<env>/<method>.yaml. Scores are the last finished iteration's "
             "greedy evaluation, x100"
             + (
@@ -188,7 +270,16 @@ def main() -> None:
         action="store_true",
         help="Run nothing: tabulate the runs of the grid as far as they got (finished stages).",
     )
-    parser.add_argument("overrides", nargs="*", help="Recipe overrides for every run (key=value).")
+    parser.add_argument(
+        "--sizes",
+        choices=("machine", "recipes"),
+        default="machine",
+        help="machine: each env at the sizes the recorded grid ran at on 2 CPU cores; recipes: "
+        "the recipes as they are.",
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="Recipe overrides for every run (key=value), applied last."
+    )
     args = parser.parse_args()
     if "sft" not in args.methods:
         args.methods.insert(0, "sft")  # every other method starts from the SFT run
