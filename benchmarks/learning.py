@@ -41,7 +41,7 @@ from machine import describe
 from coevo.analysis.archive import archive, finished_stages
 from coevo.analysis.compare import compare, to_markdown
 from coevo.config import load
-from coevo.methods.recipe import RunConfig
+from coevo.methods.recipe import GRPO_METHODS, RunConfig
 from coevo.methods.runner import SHARED_STAGES, adoptable, execute
 from coevo.quiet import quiet_libraries
 
@@ -81,7 +81,6 @@ MACHINE_SIZES = {
         "sft.compute.gradient_checkpointing=true",
     ),
 }
-GRPO_METHODS = ("grpo", "agent_data")
 MACHINE_GRPO = {
     "sql": (
         "grpo.steps=8",
