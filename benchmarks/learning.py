@@ -54,21 +54,19 @@ NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
 
 
 # The sizes the grid was measured at on 2 CPU cores (one thread per run, two runs at once):
-# every env's tasks and splits, then per env what its runs add, GRPO's settings for the GRPO
-# methods only (a run's config must stay the same to resume).
+# the splits and budgets every env shares, then per env its task counts and what its runs
+# add, GRPO's settings for the GRPO methods only (a run's config must stay the same to resume).
 COMMON = (
-    "env.train_tasks=64",
-    "env.valid_tasks=40",
-    "env.eval_tasks=50",
     "eval.splits=[valid,test_seen,test_unseen]",
     "sft.epochs=2",
     "model.cpu_threads=1",
     "iterations=1",
     "rft.samples=2",
 )
+TASKS = ("env.train_tasks=64", "env.valid_tasks=40", "env.eval_tasks=50")
 MACHINE_SIZES = {
-    "sql": (*COMMON, "dpo.epochs=2", "dpo.compute.gradient_checkpointing=true"),
-    "shop": (*COMMON, "dpo.epochs=1", "sft.compute.gradient_checkpointing=true"),
+    "sql": (*TASKS, *COMMON, "dpo.epochs=2", "dpo.compute.gradient_checkpointing=true"),
+    "shop": (*TASKS, *COMMON, "dpo.epochs=1", "sft.compute.gradient_checkpointing=true"),
     "sciworld": (
         *COMMON,
         "dpo.epochs=1",
@@ -111,7 +109,7 @@ def sizes(args: argparse.Namespace, env: str, method: str) -> list[str]:
     the command line's."""
     preset: tuple[str, ...] = ()
     if args.sizes == "machine":
-        preset = MACHINE_SIZES.get(env, COMMON)
+        preset = MACHINE_SIZES.get(env, (*TASKS, *COMMON))
         if method in GRPO_METHODS:
             preset += MACHINE_GRPO.get(env, ())
     return [*preset, *args.overrides]

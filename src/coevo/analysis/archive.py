@@ -27,50 +27,46 @@ def finished_stages(run_dir: str | Path) -> int:
     return sum(1 for _ in (Path(run_dir) / "stages").glob("*/manifest.json"))
 
 
-def eval_rewards(run_dir: str | Path) -> dict[str, dict[str, list[float]]]:
+def eval_rewards(
+    run_dir: str | Path, stage: str | None = None
+) -> dict[str, dict[str, list[float]]]:
     """Eval stage tag (`eval-1-test_unseen`) -> task id -> rewards, from the run's store, or from
-    the archive's `eval_rewards.json` where there is no store; empty if neither can be read."""
+    the archive's `eval_rewards.json` where there is no store; only `stage`'s when one is
+    named; empty if neither can be read."""
     run_dir = Path(run_dir)
     if store_path(run_dir).is_file():
         try:
             with Store(run_dir, readonly=True) as store:
+                stages = [stage] if stage else store.stages()
                 return {
-                    stage: store.task_rewards(stage)
-                    for stage in store.stages()
-                    if stage.startswith(EVAL_PREFIX)
+                    tag: store.task_rewards(tag) for tag in stages if tag.startswith(EVAL_PREFIX)
                 }
         except StoreError:
             return {}
-    path = run_dir / REWARDS
-    if not path.is_file():
-        return {}
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = json.loads((run_dir / REWARDS).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return {}
     if not isinstance(data, dict):
         return {}
     return {
-        str(stage): {str(task): [float(r) for r in rewards] for task, rewards in tasks.items()}
-        for stage, tasks in data.items()
-        if isinstance(tasks, dict)
-        and all(
-            isinstance(r, list) and all(isinstance(x, int | float) for x in r)
-            for r in tasks.values()
-        )
+        str(tag): {str(task): [float(r) for r in rewards] for task, rewards in tasks.items()}
+        for tag, tasks in data.items()
+        if (stage is None or tag == stage) and _well_formed(tasks)
     }
+
+
+def _well_formed(tasks: object) -> bool:
+    """Whether a stage's entry in `eval_rewards.json` maps task ids to lists of numbers."""
+    return isinstance(tasks, dict) and all(
+        isinstance(rewards, list) and all(isinstance(r, int | float) for r in rewards)
+        for rewards in tasks.values()
+    )
 
 
 def task_rewards(run_dir: str | Path, stage: str) -> dict[str, list[float]]:
     """Task id -> rewards of one eval stage tag (see `eval_rewards`)."""
-    run_dir = Path(run_dir)
-    if store_path(run_dir).is_file():
-        try:
-            with Store(run_dir, readonly=True) as store:
-                return store.task_rewards(stage)
-        except StoreError:
-            return {}
-    return eval_rewards(run_dir).get(stage, {})
+    return eval_rewards(run_dir, stage).get(stage, {})
 
 
 def archive(run_dir: str | Path, dest: str | Path) -> Path:
