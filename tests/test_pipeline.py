@@ -155,13 +155,18 @@ def test_a_finished_run_grows_by_its_extending_keys_only(tmp_path):
     assert "only iterations may grow" in message
 
 
-def test_a_run_resumes_with_activation_checkpointing_changed(tmp_path):
+def test_a_run_resumes_with_memory_and_time_settings_changed(tmp_path):
     first = {"iterations": 1, "dpo": {"compute": {"gradient_checkpointing": False}}}
     saved_pipeline(tmp_path, first).stage("explore-1", lambda out: {"n": 1})
     lighter = {"iterations": 1, "dpo": {"compute": {"gradient_checkpointing": True}}}
     assert saved_pipeline(tmp_path, lighter).done("explore-1")  # memory only: same run
     rows = {**lighter, "dpo": {**lighter["dpo"], "shared_prefix": False}}
     assert saved_pipeline(tmp_path, rows).done("explore-1")  # time only: same run
+    threads = {**rows, "model": {"cpu_threads": 2}}
+    assert saved_pipeline(tmp_path, threads).done("explore-1")  # time only: same run
+    sized = {**rows, "model": {"size": "small"}}
+    with pytest.raises(RunDirError, match=r"model.size"):
+        saved_pipeline(tmp_path, sized)
 
 
 def test_a_setting_added_since_the_run_is_no_change_at_its_default(tmp_path):

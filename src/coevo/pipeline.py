@@ -313,8 +313,9 @@ _MISSING = object()
 # Settings that change a run's memory and time, never its results (the trained weights are
 # the same, up to float rounding: tests/train/test_sft.py, test_dpo.py), so a started run may
 # resume with them changed: e.g. activation checkpointing turned on for a run that ran out of
-# memory, or DPO's shared prefixes turned off for a model whose attention cannot take them.
-FREE_KEYS = ("compute.gradient_checkpointing", "dpo.shared_prefix")
+# memory, DPO's shared prefixes turned off for a model whose attention cannot take them, or
+# more CPU threads for a run left alone on the machine (threads split the same sums).
+FREE_KEYS = ("compute.gradient_checkpointing", "dpo.shared_prefix", "model.cpu_threads")
 
 
 def _free(key: str) -> bool:
