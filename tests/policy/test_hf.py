@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shutil
+import warnings
 
 import pytest
 import torch
 
 from coevo.policy.base import Policy, PolicyError, Sampling
+from coevo.policy.cache import cache_keyword
 from coevo.policy.hf import HFPolicy
 from coevo.render import render_prompt
 from coevo.trajectory import Turn
@@ -53,6 +55,21 @@ def test_max_new_tokens_ends_with_length(agent, prompts):
     (completion,) = agent.generate(prompts[:1], Sampling(max_new_tokens=3, logprobs=True))
     assert completion.finish_reason == "length"
     assert len(completion.token_ids) == 3
+
+
+def test_the_cache_goes_under_the_name_the_model_takes(agent, prompts):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a deprecated keyword warns (and is to be removed)
+        agent.generate(prompts[:2], Sampling(max_new_tokens=4))
+
+    class Older(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, use_cache=False): ...
+
+    class Newer(torch.nn.Module):
+        def forward(self, input_ids, cache=None, use_cache=False): ...
+
+    assert cache_keyword(Older()) == "past_key_values"
+    assert cache_keyword(Newer()) == "cache"
 
 
 def test_batched_greedy_equals_one_at_a_time(nano_model_dir):
@@ -114,6 +131,7 @@ def test_lora_adapter_loads_and_changes_the_model(nano_model_dir, tmp_path):
     assert a.logprobs != pytest.approx(b.logprobs, abs=1e-3)
     assert b.token_ids == c.token_ids
     assert b.logprobs == pytest.approx(c.logprobs, abs=1e-4)
+    assert cache_keyword(unmerged.model) == cache_keyword(plain.model)  # through the wrapper
 
 
 def test_path_without_a_model_names_the_fix(tmp_path):

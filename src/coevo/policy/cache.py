@@ -3,11 +3,13 @@
 `prefix_buffers` lays a batch's cached prefixes out side by side and `cache_over` makes a
 transformers `DynamicCache` over them whose layers write new keys/values into reserved room
 (or into row slices, for a prefill fed in groups); `new_cache` serves models with other layer
-kinds. `Session` is what `HFPolicy` keeps per episode between steps.
+kinds. `Session` is what `HFPolicy` keeps per episode between steps, and `cache_keyword` the
+name under which its model's forward takes a cache.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,3 +184,12 @@ def new_cache(
     for layer, (k, v) in enumerate(buffers):
         cache.update(k, v, layer)
     return cache
+
+
+def cache_keyword(model: Any) -> str:
+    """The keyword `model`'s forward takes its key/value cache by: `cache` from the
+    transformers releases that renamed it (the old `past_key_values` then warns and is to go),
+    `past_key_values` before them. A PEFT wrapper passes it on to the model it wraps."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    parameters = inspect.signature(inner.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"

@@ -21,6 +21,7 @@ from coevo.lengths import common_prefix, length_groups
 from coevo.policy.base import Completion, PolicyError, Sampling, cut_at_stop
 from coevo.policy.cache import (
     Session,
+    cache_keyword,
     cache_over,
     kv_layout,
     new_cache,
@@ -118,6 +119,7 @@ class HFPolicy:
         self.max_sessions = max_sessions
         self._sessions: dict[Hashable, Session] = {}
         self._layout = kv_layout(self.model.config)
+        self._cache_keyword = cache_keyword(self.model)
         # Prefill groups: on a CPU a pad costs what a token costs; on a GPU padding is
         # nearly free next to another forward's launches, so all rows go in one.
         self.prefill_waste = 0.1 if self.device.type == "cpu" else float("inf")
@@ -218,7 +220,7 @@ class HFPolicy:
                 input_ids=chosen[:, None],
                 attention_mask=attention,
                 position_ids=next_position,
-                past_key_values=cache,
+                **{self._cache_keyword: cache},
                 use_cache=True,
             ).logits[:, -1, :]  # (rows, vocab)
             next_position = next_position + 1
@@ -317,7 +319,7 @@ class HFPolicy:
             input_ids=ids.to(self.device),
             attention_mask=attention.to(self.device),
             position_ids=positions.to(self.device),
-            past_key_values=cache,
+            **{self._cache_keyword: cache},
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1, :]  # (rows, vocab)
