@@ -80,6 +80,14 @@ def test_continuous_batching_finishes_every_episode_exactly_once(tokenizer):
     assert len(made) <= 5  # envs are reused from the pool, never one per episode
 
 
+def test_the_progress_line_in_a_log_keeps_its_counts(tokenizer, capsys):
+    tasks = ToyEnv().tasks("train")[:3]
+    name = "explore-1-target, tasks 1-64 of 64"  # as long as a run's
+    rollout(ScriptedPolicy(tokenizer), ToyEnv, tasks, description=name, progress=True)
+    line = capsys.readouterr().out.strip().splitlines()[-1]  # captured: not a terminal
+    assert name in line and "3/3 episodes, mean reward 1.000," in line and "steps/s" in line
+
+
 def test_trajectories_hold_the_same_text_as_a_replay(tokenizer):
     env = ToyEnv()
     (traj,) = rollout(ScriptedPolicy(tokenizer), ToyEnv, env.tasks("train")[2:3], progress=False)

@@ -279,6 +279,10 @@ def _trajectory(ep: _Episode, agent: str, meta: dict[str, Any]) -> Trajectory:
     )
 
 
+# The width of the progress line written to a file rather than a terminal.
+LOG_WIDTH = 160
+
+
 class _Progress:
     """A rich bar: episodes done, mean reward, generation steps per second."""
 
@@ -289,6 +293,7 @@ class _Progress:
         self.start = time.perf_counter()
         if not self.enabled:
             return
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -297,6 +302,9 @@ class _Progress:
             TimeElapsedColumn,
         )
 
+        console = Console()
+        if not console.is_terminal:  # a log file's 80 columns would cut the counts off
+            console = Console(width=max(console.width, LOG_WIDTH))
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -304,6 +312,7 @@ class _Progress:
             TextColumn("episodes, mean reward {task.fields[reward]},"),
             TextColumn("{task.fields[rate]} steps/s"),
             TimeElapsedColumn(),
+            console=console,
         )
         self.task = self.progress.add_task(description, total=total, reward="-", rate="-")
         self.progress.start()
