@@ -322,6 +322,13 @@ def _free(key: str) -> bool:
     return any(key == k or key.endswith(f".{k}") for k in FREE_KEYS)
 
 
+def result_settings(tree: dict[str, Any], section: str) -> dict[str, Any]:
+    """The dotted settings under `section` of a nested recipe that decide its results: those
+    of `FREE_KEYS` left out, so two runs that differ only in them start from the same place."""
+    flat = _flat({section: tree.get(section)})
+    return {k: v for k, v in flat.items() if not _free(k)}
+
+
 def _grows(before: Any, after: Any) -> bool:
     return (
         isinstance(before, int)

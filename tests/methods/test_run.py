@@ -196,6 +196,14 @@ def test_eto_starts_from_the_sft_run(tmp_path):
     assert manifest["adopted_from"] == str(sft_run)
     with pytest.raises(Exception, match="other seed"):
         execute(recipe(method="eto", seed=5, init_from=str(sft_run)), tmp_path / "eto5", quiet=True)
+    # Another thread count decides no result (a time setting): the same start.
+    threads = {**FAST["model"], "cpu_threads": 2}
+    two = execute(
+        recipe(method="eto", iterations=0, model=threads, init_from=str(sft_run)),
+        tmp_path / "two",
+        quiet=True,
+    )
+    assert json.loads((two / "stages/sft-target/manifest.json").read_text())["adopted_from"]
 
 
 def test_eto_takes_the_first_target_exploration_from_a_failure_agent_run(failure_run, tmp_path):

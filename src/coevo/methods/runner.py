@@ -29,7 +29,7 @@ from coevo.methods.processes import start
 from coevo.methods.recipe import GRPO_METHODS, RunConfig
 from coevo.methods.registry import OPTIONAL, method
 from coevo.methods.run import Run
-from coevo.pipeline import Pipeline, RunDirError, write_atomic
+from coevo.pipeline import Pipeline, RunDirError, result_settings, write_atomic
 from coevo.store import Store, StoreError
 from coevo.train.loop import CHECKPOINTS
 
@@ -137,12 +137,14 @@ def adoptable(source: Path, config: RunConfig) -> tuple[list[str], list[str]]:
     source_config = source / "config.yaml"
     if not source_config.is_file():
         raise ConfigError(f"init_from: {str(source)!r} is not a run directory (no config.yaml).")
-    # Through JSON, so a tuple field and its YAML list compare equal.
-    theirs = json.loads(json.dumps(yaml.safe_load(source_config.read_text())))
-    ours = json.loads(json.dumps(to_dict(config)))
-    differ = [k for k in SHARED_KEYS if theirs.get(k) != ours.get(k)]
+    theirs, ours = yaml.safe_load(source_config.read_text()), to_dict(config)
+
+    def alike(section: str) -> bool:  # settings that change only time and memory aside
+        return result_settings(theirs, section) == result_settings(ours, section)
+
+    differ = [k for k in SHARED_KEYS if not alike(k)]
     stages = list(SHARED_STAGES)
-    explores_alike = all(theirs.get(k) == ours.get(k) for k in EXPLORATION_KEYS)
+    explores_alike = all(alike(k) for k in EXPLORATION_KEYS)
     if "dpo" in method(config.method).reads and explores_alike:
         stages.append(FIRST_EXPLORATION)
     return differ, stages
