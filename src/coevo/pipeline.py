@@ -20,8 +20,9 @@ the stage runs again.
 
 A finished run continues with a recipe that only extends it (`extends`: more iterations, more
 RFT rounds, more GRPO steps); a started one resumes with settings that change only its memory
-and time (`FREE_KEYS`: activation checkpointing); any other change is refused with the keys
-that differ.
+and time (`FREE_KEYS`: activation checkpointing, threads); any other change is refused with
+the keys that differ. A run adopting another's start (`init_from`) compares the same way
+(`result_settings`).
 """
 
 from __future__ import annotations
