@@ -7,6 +7,7 @@ import shutil
 import torch
 
 from coevo.attention import NAME, use_packed_attention
+from coevo.policy.cache import cache_keyword
 
 
 def gqa_llama(heads: int = 8, kv_heads: int = 2, seed: int = 0, attn: str = "sdpa"):
@@ -44,7 +45,7 @@ def prefill_then_more(model) -> tuple[torch.Tensor, torch.Tensor]:
             input_ids=ids[:, 9:],
             attention_mask=attention,
             position_ids=positions[:, 9:],
-            past_key_values=first.past_key_values,
+            **{cache_keyword(model): first.past_key_values},
             use_cache=True,
         )
     return first.logits, more.logits
