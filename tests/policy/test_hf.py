@@ -59,7 +59,7 @@ def test_max_new_tokens_ends_with_length(agent, prompts):
 
 def test_the_cache_goes_under_the_name_the_model_takes(agent, prompts):
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a deprecated keyword warns (and is to be removed)
+        warnings.simplefilter("error", FutureWarning)  # a deprecated keyword (to be removed)
         agent.generate(prompts[:2], Sampling(max_new_tokens=4))
 
     class Older(torch.nn.Module):
