@@ -21,8 +21,9 @@ and resume when the script is rerun; each run's archive (`coevo archive`: config
 logs, per-task eval rewards) goes to benchmarks/results/learning-runs/<env>/, and
 `--report-only` tabulates a run's archive where it got further than the run folder (a fresh
 clone has none). The tables (the paper's Table 3 and Table 2 layouts) and
-the wall time of every run are written to benchmarks/results/learning.md, keeping its notes
-section (what was tried) between the `notes` markers.
+the wall time of every run are written to benchmarks/results/learning.md, keeping its
+hand-written summary (above the tables) and notes (what was tried, below them) between their
+markers.
 """
 
 from __future__ import annotations
@@ -50,16 +51,21 @@ RESULTS = ROOT / "benchmarks" / "results" / "learning.md"
 # Each grid run's archive (config, manifests, logs, per-task eval rewards; no weights or
 # episodes), committed with the tables so that a fresh clone can tabulate the grid again.
 ARCHIVE = ROOT / "benchmarks" / "results" / "learning-runs"
+# Hand-written parts of learning.md that a rewrite keeps: a summary above the tables (the grid
+# across sessions, runs whose stores were lost included) and the notes below them.
+SUMMARY = ("<!-- summary:begin -->", "<!-- summary:end -->")
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
 
 
-# The sizes the grid was measured at on 2 CPU cores (one thread per run, two runs at once):
+# The sizes the grid was measured at on 2 CPU cores (from the fifteenth session on, one run at a
+# time on both cores; before it, two at once on one thread each: the thread count is a time
+# setting, equal results up to float rounding):
 # the splits and budgets every env shares, then per env its task counts and what its runs
 # add, GRPO's settings for the GRPO methods only (a run's config must stay the same to resume).
 COMMON = (
     "eval.splits=[valid,test_seen,test_unseen]",
     "sft.epochs=2",
-    "model.cpu_threads=1",
+    "model.cpu_threads=2",
     "iterations=1",
     "rft.samples=2",
 )
@@ -213,10 +219,16 @@ def described_sizes(args: argparse.Namespace) -> str:
     return "overrides (machine sizes) " + "; ".join(parts)
 
 
+def kept(old: str, markers: tuple[str, str], empty: str) -> str:
+    """The block between `markers` in the old results, markers included (`empty` if none)."""
+    found = re.search(re.escape(markers[0]) + r".*?" + re.escape(markers[1]), old, re.DOTALL)
+    return found.group(0) if found else f"{markers[0]}\n{empty}\n{markers[1]}"
+
+
 def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]) -> None:
     old = RESULTS.read_text() if RESULTS.exists() else ""
-    found = re.search(re.escape(NOTES[0]) + r".*?" + re.escape(NOTES[1]), old, re.DOTALL)
-    notes = found.group(0) if found else f"{NOTES[0]}\n(no notes yet)\n{NOTES[1]}"
+    summary = kept(old, SUMMARY, "(no summary yet)")
+    notes = kept(old, NOTES, "(no notes yet)")
     text = "\n".join(
         [
             "# Learning benchmark",
@@ -233,6 +245,10 @@ def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]
                 if args.report_only
                 else "."
             ),
+            "",
+            summary,
+            "",
+            "## Tables of the runs tabulated here",
             "",
             to_markdown(compare(dirs)),
             "### Wall time per run and stage kind (minutes, from the stage manifests; a run's "
