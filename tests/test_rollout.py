@@ -204,7 +204,7 @@ def test_lockstep_equals_sequential_with_a_real_model(toy_agent_dir, temperature
 def test_random_model_runs_to_the_step_budget(nano_model_dir):
     from coevo.policy.hf import HFPolicy
 
-    policy = HFPolicy(nano_model_dir, dtype="float64")
+    policy = HFPolicy(nano_model_dir, dtype="float64", device="cpu")  # compared to 1e-6
     tasks = ToyEnv().tasks("train")[:3]
     sampling = Sampling(max_new_tokens=12)
     out = rollout(policy, ToyEnv, tasks, sampling=sampling, batch_size=2, progress=False)
@@ -288,7 +288,7 @@ def test_unlike_new_parts_are_fed_in_groups_and_give_what_each_row_gives_alone(
     from coevo.render import render_prompt
     from coevo.trajectory import Turn
 
-    policy = HFPolicy(nano_model_dir, dtype="float64")
+    policy = HFPolicy(nano_model_dir, dtype="float64", device="cpu")  # exact ids: the CPU
     if not layout:
         policy._layout = None
     prefills = []
@@ -340,7 +340,7 @@ def test_sampled_ids_and_logprobs_reach_the_trajectory_and_match_a_fresh_forward
     from coevo.policy.hf import HFPolicy
     from coevo.render import render
 
-    policy = HFPolicy(nano_model_dir, dtype="float64")
+    policy = HFPolicy(nano_model_dir, dtype="float64", device="cpu")  # compared to 1e-6
     tasks = ToyEnv().tasks("train")[:3]
     sampling = Sampling(temperature=1.0, max_new_tokens=8, logprobs=True)
     out = rollout(policy, ToyEnv, tasks, sampling=sampling, samples=2, batch_size=4,

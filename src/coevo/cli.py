@@ -102,6 +102,13 @@ def env_check(
             f"{mark} {escape(result.name)}", str(result.passed), str(result.failed), Text(problems)
         )
     console.print(table)
+    if report.undemonstrated:
+        console.print(
+            f"{len(report.undemonstrated)} listed tasks have no demonstration (not a failure; "
+            "methods leave them out of the expert data):"
+        )
+        for task_id, reason in sorted(report.undemonstrated.items()):
+            console.print(f"  {escape(task_id)}: {escape(reason)}", highlight=False)
     verdict = "[green]passed[/]" if report.ok else "[red]failed[/]"
     console.print(f"{name}: {verdict} in {report.seconds:.1f}s")
     if not report.ok:

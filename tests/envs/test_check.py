@@ -7,7 +7,7 @@ import random
 from typer.testing import CliRunner
 
 from coevo.cli import app
-from coevo.envs.base import StepResult
+from coevo.envs.base import NoDemonstrationError, StepResult
 from coevo.envs.check import check_env
 from coevo.trajectory import Turn
 from tests.toy_env import ToyEnv
@@ -107,3 +107,26 @@ def test_cli_option_of_the_wrong_type_is_one_sentence():
     assert result.output.strip() == (
         "error: env option n_products must be an integer, not 'abc' (env 'shop')."
     )
+
+
+class SomeUndemonstrated(ToyEnv):
+    """Lists tasks it has no demonstration for, as ETO's ScienceWorld lists do."""
+
+    def expert(self, task):
+        if task.id == self.tasks("train")[1].id:
+            raise NoDemonstrationError(f"The gold path of {task.id} is longer than its budget.")
+        return super().expert(task)
+
+
+def test_tasks_without_a_demonstration_are_counted_and_named_apart_not_failed():
+    env = SomeUndemonstrated()
+    report = check_env(env, tasks_per_split=3)
+    assert report.ok, [(r.name, r.problems) for r in report.failures]
+    missing = env.tasks("train")[1].id
+    assert list(report.undemonstrated) == [missing]
+    assert report.results["expert reaches 1.0"].passed == 3 * 3 - 1
+    result = CliRunner().invoke(
+        app, ["env", "check", "tests.envs.test_check:SomeUndemonstrated", "--tasks", "3"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "1 listed tasks have no demonstration" in result.output and missing in result.output

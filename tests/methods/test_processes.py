@@ -28,7 +28,7 @@ RECIPE = {
     "method": "eto",
     "iterations": 1,
     "env": {"name": "tests.toy_env:ToyEnv", "options": {"n_tasks": 8}},
-    "model": {"size": "nano", "max_length": 512, "dtype": "float64"},
+    "model": {"size": "nano", "max_length": 512, "dtype": "float64", "device": "cpu"},
     "sft": {"epochs": 4, "batch_size": 2, "optim": {"lr": 3e-3}, "progress": False},
     "dpo": {"epochs": 1, "batch_size": 2, "optim": {"lr": 1e-3}, "progress": False},
     "explore": {"samples": 2, "max_new_tokens": 24, "batch_size": 8, "chunk": 4},
@@ -44,7 +44,7 @@ def coevo_run(launch: list[str], recipe: dict, out: Path) -> Path:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
     args = [*launch, "-m", "coevo", "run", str(path), "--out", str(out)]
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     return out
 
 

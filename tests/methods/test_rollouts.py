@@ -39,7 +39,10 @@ def test_a_model_in_memory_is_played_as_it_is(tmp_path, nano_model_dir):
     from transformers import AutoModelForCausalLM
 
     module = AutoModelForCausalLM.from_pretrained(nano_model_dir, dtype=torch.float32)
-    played = policy(run_with(tmp_path), StageModel(nano_model_dir, module), "target")
+    # The recipe's dtype is the module's (`auto` is bf16 on a GPU: a module of another dtype
+    # is loaded anew rather than cast).
+    same = run_with(tmp_path, model={"dtype": "float32"})
+    played = policy(same, StageModel(nano_model_dir, module), "target")
     assert played.model is module  # not loaded again
     wide = policy(
         run_with(tmp_path, model={"dtype": "float64"}), StageModel(nano_model_dir, module), "t"

@@ -21,10 +21,12 @@ from tests.methods.kill import run_until_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Small and fast: toy env (8 tasks a split), nano model, short replies, 2 iterations.
+# Small and fast: toy env (8 tasks a split), nano model, short replies, 2 iterations. On the
+# CPU in float32 wherever the suite runs: runs are compared record for record and byte for
+# byte (a nano `coevo run` on a GPU is tests/test_gpu.py's).
 FAST = {
     "env": {"name": "tests.toy_env:ToyEnv", "options": {}},
-    "model": {"size": "nano", "max_length": 512},
+    "model": {"size": "nano", "max_length": 512, "device": "cpu", "dtype": "float32"},
     "iterations": 2,
     "sft": {"epochs": 8, "batch_size": 4, "optim": {"lr": 3e-3}, "progress": False},
     "dpo": {"epochs": 1, "batch_size": 4, "optim": {"lr": 1e-4}, "progress": False},

@@ -92,7 +92,7 @@ def test_logprobs_match_a_forward_pass(nano_model_dir):
         Sampling(temperature=0.7, top_p=0.9, max_new_tokens=16, logprobs=True, stop=(), seed=3),
     ):
         (completion,) = policy.generate([prompt, prompt[2:]], sampling)[:1]
-        ids = torch.tensor([prompt + list(completion.token_ids)])
+        ids = torch.tensor([prompt + list(completion.token_ids)], device=policy.device)
         with torch.no_grad():
             logps = torch.log_softmax(policy.model(ids).logits[0].float(), dim=-1)  # (seq, vocab)
         start = len(prompt) - 1
@@ -122,9 +122,12 @@ def test_lora_adapter_loads_and_changes_the_model(nano_model_dir, tmp_path):
     base = AutoModelForCausalLM.from_pretrained(nano_model_dir)
     config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
-    plain = HFPolicy(nano_model_dir)
-    tuned = HFPolicy(nano_model_dir, adapter=tmp_path / "adapter")
-    unmerged = HFPolicy(nano_model_dir, adapter=tmp_path / "adapter", merge_adapter=False)
+    # float32: merged and unmerged log-probs are compared to 1e-4 (bf16 rounds at 1e-2).
+    plain = HFPolicy(nano_model_dir, dtype="float32")
+    tuned = HFPolicy(nano_model_dir, adapter=tmp_path / "adapter", dtype="float32")
+    unmerged = HFPolicy(
+        nano_model_dir, adapter=tmp_path / "adapter", merge_adapter=False, dtype="float32"
+    )
     prompt = [render_prompt([Turn("user", "Type fig.")], plain.tokenizer)]
     sampling = Sampling(max_new_tokens=8, logprobs=True, stop=())
     a, b, c = (p.generate(prompt, sampling)[0] for p in (plain, tuned, unmerged))

@@ -11,6 +11,15 @@ import torch
 from coevo.train.batches import DpoExample, Tokens
 
 VOCAB = 300
+EXACT = "cpu"
+"""The trainer device of a test that compares exact numbers: the CPU in float32 wherever the
+suite runs (on a GPU, `auto` trains there in bf16). Tests of behaviour run where `auto` puts
+them and compare `cpu_state` snapshots."""
+
+
+def cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of `model`'s weights on the CPU, whatever device a trainer moved it to."""
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
 def tiny_llama(seed: int = 0, kv_heads: int = 4, attn: str = "sdpa"):

@@ -13,13 +13,15 @@ from coevo.config import build, merge
 from coevo.train.batches import Tokens
 from coevo.train.dpo import REFERENCE_FILE, DpoConfig, train_dpo
 from coevo.train.loop import TrainResult
+from tests.train.conftest import EXACT, cpu_state
 
 
-def dpo(model, examples, tmp_path, **kw) -> TrainResult:
-    """`train_dpo` into `tmp_path/dpo` with the test settings (lr 1e-3, batch 4) overlaid by
-    `kw` (groups as mappings)."""
+def dpo(model, examples, tmp_path, device="auto", **kw) -> TrainResult:
+    """`train_dpo` into `tmp_path/dpo` on `device` with the test settings (lr 1e-3, batch 4)
+    overlaid by `kw` (groups as mappings)."""
     values = merge({"batch_size": 4, "progress": False, "optim": {"lr": 1e-3}}, kw)
-    return train_dpo(model, examples, build(DpoConfig, values), output_dir=tmp_path / "dpo")
+    config = build(DpoConfig, values)
+    return train_dpo(model, examples, config, output_dir=tmp_path / "dpo", device=device)
 
 
 def losses(history):
@@ -30,11 +32,11 @@ def test_precomputed_reference_equals_a_live_one_and_every_parameter_moves(
     tmp_path, model_factory, dpo_data
 ):
     model = model_factory()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    pre = dpo(model, dpo_data, tmp_path / "a", epochs=2)
-    live = dpo(model_factory(), dpo_data, tmp_path / "b", epochs=2, reference="live")
+    before = cpu_state(model)
+    pre = dpo(model, dpo_data, tmp_path / "a", epochs=2, device=EXACT)
+    live = dpo(model_factory(), dpo_data, tmp_path / "b", epochs=2, reference="live", device=EXACT)
     assert losses(pre.history) == pytest.approx(losses(live.history), rel=1e-5)
-    after = pre.model.state_dict()
+    after = cpu_state(pre.model)
     assert [k for k, v in before.items() if torch.equal(v, after[k])] == []
     # Step 1: policy == reference, so every margin is 0 and the DPO loss is log 2.
     first = pre.history[0]
@@ -54,7 +56,7 @@ def test_given_reference_logps_are_used_as_is(tmp_path, model_factory, dpo_data)
 
 
 def test_stopped_and_resumed_run_gives_the_same_losses(tmp_path, model_factory, dpo_data):
-    kw = dict(epochs=3, checkpoints={"save_every": 2}, grad_accum=2, batch_size=2)
+    kw = dict(epochs=3, checkpoints={"save_every": 2}, grad_accum=2, batch_size=2, device=EXACT)
     straight = dpo(model_factory(), dpo_data, tmp_path / "a", **kw)
     cut = merge(kw, {"checkpoints": {"stop_after_steps": 3}})
     first = dpo(model_factory(), dpo_data, tmp_path / "b", **cut)
@@ -80,11 +82,12 @@ def test_lora_changes_only_adapters_and_its_live_reference_is_the_base(
         epochs=1,
         lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
         checkpoints={"stop_after_steps": 3},
+        device=EXACT,  # the two runs' losses are compared to 1e-5
     )
     model = model_factory()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
+    before = cpu_state(model)
     part = dpo(model, dpo_data, tmp_path / "a", **kw)
-    for name, value in part.model.state_dict().items():
+    for name, value in cpu_state(part.model).items():
         if "lora_" not in name:
             original = name.replace("base_model.model.", "").replace(".base_layer", "")
             assert torch.equal(value, before[original]), name
@@ -126,12 +129,17 @@ def test_shared_prefixes_run_once_with_the_same_training(tmp_path, model_factory
         )
         for e in dpo_data
     ]
-    kw = dict(epochs=2, reference="live")
-    rows = dpo(model_factory(), pairs, tmp_path / "rows", shared_prefix=False, **kw)
+    kw = dict(epochs=2, reference="live")  # on the CPU: compared to float rounding
+    rows = dpo(model_factory(), pairs, tmp_path / "rows", shared_prefix=False, device=EXACT, **kw)
     assert rows.model.config._attn_implementation == "sdpa"
     # With activation checkpointing too: the recomputed layers get the forks again.
     forked = dpo(
-        model_factory(), pairs, tmp_path / "forks", compute={"gradient_checkpointing": True}, **kw
+        model_factory(),
+        pairs,
+        tmp_path / "forks",
+        compute={"gradient_checkpointing": True},
+        device=EXACT,
+        **kw,
     )
     assert forked.model.config._attn_implementation == NAME  # the forks' attention ran
     assert losses(forked.history) == pytest.approx(losses(rows.history), rel=1e-4)

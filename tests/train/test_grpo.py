@@ -16,9 +16,12 @@ from coevo.methods.grpo import hf_player
 from coevo.train import grpo as grpo_module
 from coevo.train.episodes import TaskOrder, check_groups, collate, episode, rollout_stats
 from coevo.train.grpo import GrpoConfig, train_grpo
+from coevo.train.loop import make_accelerator
 from coevo.train.losses import group_advantages, grpo_loss, token_logps
 from coevo.train.model import AgentLogps
+from coevo.train.settings import Compute
 from coevo.trajectory import Task, Trajectory, Turn
+from tests.train.conftest import EXACT, cpu_state
 from tests.train.test_loop import Killed, kill_at, same_weights
 
 LETTER = "a"
@@ -94,14 +97,16 @@ def config(**kw: Any) -> GrpoConfig:
     return build(GrpoConfig, merge(base, kw))
 
 
-def grpo(model_dir: Path, out: Path, settings: GrpoConfig, model: Any = None):
+def grpo(model_dir: Path, out: Path, settings: GrpoConfig, model: Any = None, device="auto"):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     play = hf_player(model_dir, LetterEnv, settings, max_length=256)
     tasks = LetterEnv().tasks("train")
     start = str(model_dir) if model is None else model
-    return train_grpo(start, tasks, play, settings, output_dir=out, tokenizer=tokenizer)
+    return train_grpo(
+        start, tasks, play, settings, output_dir=out, tokenizer=tokenizer, device=device
+    )
 
 
 def attempt(task: str, sample: int, reward: float) -> Trajectory:
@@ -110,8 +115,6 @@ def attempt(task: str, sample: int, reward: float) -> Trajectory:
 
 
 def test_advantages_and_the_share_of_groups_without_signal_by_hand():
-    from accelerate import Accelerator
-
     tasks = [Task("a", "letters", "train", "Write."), Task("b", "letters", "train", "Write.")]
     rewards = [1.0, 0.0, 0.5, 0.5, 0.3, 0.3, 0.3, 0.3]
     played = [attempt(t.id, k, rewards[4 * i + k]) for i, t in enumerate(tasks) for k in range(4)]
@@ -122,7 +125,7 @@ def test_advantages_and_the_share_of_groups_without_signal_by_hand():
     torch.testing.assert_close(group_advantages(r, groups), expected, rtol=0, atol=1e-4)
     raw = group_advantages(r, groups, scale=False)
     torch.testing.assert_close(raw, torch.tensor([0.5, -0.5, 0, 0, 0, 0, 0, 0]))
-    stats = rollout_stats(Accelerator(cpu=True), played, r, groups, 4)
+    stats = rollout_stats(make_accelerator(Compute(), device=EXACT), played, r, groups, 4)
     assert stats["no_signal"] == 0.5  # group b scored 0.3 four times
     assert stats["reward_mean"] == pytest.approx(sum(rewards) / 8)
     assert stats["success_rate"] == 1 / 8
@@ -197,8 +200,6 @@ def test_multi_turn_batched_rollouts_keep_the_log_probs_a_fresh_forward_gives(na
     max_new_tokens) in episodes that still fit in max_length whole: every agent token of
     every episode that kept its whole context has the log-prob a fresh trainer forward gives,
     the cut ones are marked and left out, and `sampled_logp_gap` compares the others."""
-    from accelerate import Accelerator
-
     from coevo.render import render
 
     model, tokenizer = quick_to_stop(nano_model_dir)
@@ -240,7 +241,7 @@ def test_multi_turn_batched_rollouts_keep_the_log_probs_a_fresh_forward_gives(na
     def gap(episodes: list) -> float:
         net = AgentLogps(model)
         optimizer = torch.optim.SGD(net.parameters(), lr=0.0)  # the model stays as it is
-        accelerator = Accelerator(cpu=True)
+        accelerator = make_accelerator(Compute(), device=EXACT)  # the test's model is on the CPU
         stats = grpo_module.update(
             net, None, episodes, settings, accelerator, optimizer, seed=0, step=1
         )
@@ -263,8 +264,9 @@ def test_a_step_changes_every_parameter_and_generation_plays_the_updated_weights
     from transformers import AutoModelForCausalLM
 
     before = AutoModelForCausalLM.from_pretrained(nano_model_dir).state_dict()
-    result = grpo(nano_model_dir, tmp_path / "grpo", config(steps=3))
-    after = result.model.state_dict()
+    # The CPU in float32: the sampled log-probs are compared with the trainer's to 1e-5.
+    result = grpo(nano_model_dir, tmp_path / "grpo", config(steps=3), device=EXACT)
+    after = cpu_state(result.model)
     assert [k for k, v in before.items() if torch.equal(v, after[k])] == []
     assert [r["step"] for r in result.history] == [1, 2, 3]
     for record in result.history:
@@ -306,12 +308,12 @@ def test_a_killed_run_resumes_to_the_result_of_one_that_never_stopped(
     nano_model_dir, tmp_path, monkeypatch
 ):
     settings = config(steps=4, minibatches=2, checkpoints={"save_every": 2})
-    straight = grpo(nano_model_dir, tmp_path / "a", settings)
+    straight = grpo(nano_model_dir, tmp_path / "a", settings, device=EXACT)
     with monkeypatch.context() as patch:
         kill_at(patch, 3)  # dies after step 3, its checkpoint (due at 4) not written
         with pytest.raises(Killed):
-            grpo(nano_model_dir, tmp_path / "b", settings)
-    resumed = grpo(nano_model_dir, tmp_path / "b", settings)
+            grpo(nano_model_dir, tmp_path / "b", settings, device=EXACT)
+    resumed = grpo(nano_model_dir, tmp_path / "b", settings, device=EXACT)
     assert resumed.step == 4 and same_weights(resumed.model, straight.model)
 
     def numbers(history: list[dict]) -> list[dict]:
@@ -330,7 +332,7 @@ def test_lora_trains_only_the_adapters_against_the_base_model(nano_model_dir, tm
     result = grpo(nano_model_dir, tmp_path / "grpo", settings, model=model)
     assert result.history[1]["kl"] > 0  # the reference: the base model, adapters off
     before = AutoModelForCausalLM.from_pretrained(nano_model_dir).state_dict()
-    after = result.model.state_dict()  # merged at the end
+    after = cpu_state(result.model)  # merged at the end
     changed = {k for k, v in before.items() if not torch.equal(v, after[k])}
     assert changed and all("q_proj" in k or "v_proj" in k for k in changed)
 

@@ -11,8 +11,9 @@ import torch
 
 from coevo.train.dpo import DpoConfig, train_dpo
 from coevo.train.loop import CheckpointDir, CheckpointError
-from coevo.train.settings import Checkpoints, Optim
+from coevo.train.settings import Checkpoints, Compute, Optim
 from coevo.train.sft import SftConfig, train_sft
+from tests.train.conftest import EXACT
 
 EVERY_STEP = 1e-9  # minutes: every step is past due
 
@@ -22,7 +23,8 @@ class Killed(Exception):
 
 
 def sft(model, examples, tmp_path: Path, *, epochs=3, warmup_ratio=0.03, **checkpoints):
-    """SFT into `tmp_path/sft` (lr 3e-3, batch 4) with these checkpoint settings."""
+    """SFT into `tmp_path/sft` (lr 3e-3, batch 4, on the CPU: runs are compared exactly) with
+    these checkpoint settings."""
     config = SftConfig(
         epochs=epochs,
         batch_size=4,
@@ -30,7 +32,7 @@ def sft(model, examples, tmp_path: Path, *, epochs=3, warmup_ratio=0.03, **check
         optim=Optim(lr=3e-3, warmup_ratio=warmup_ratio),
         checkpoints=Checkpoints(**checkpoints),
     )
-    return train_sft(model, examples, config, output_dir=tmp_path / "sft")
+    return train_sft(model, examples, config, output_dir=tmp_path / "sft", device=EXACT)
 
 
 def dpo(model, examples, tmp_path: Path, *, epochs, batch_size, **checkpoints):
@@ -42,7 +44,7 @@ def dpo(model, examples, tmp_path: Path, *, epochs, batch_size, **checkpoints):
         optim=replace(DpoConfig().optim, lr=1e-3),
         checkpoints=Checkpoints(**checkpoints),
     )
-    return train_dpo(model, examples, config, output_dir=tmp_path / "dpo")
+    return train_dpo(model, examples, config, output_dir=tmp_path / "dpo", device=EXACT)
 
 
 def steps_on_disk(out: Path) -> list[int]:
@@ -182,3 +184,27 @@ def test_save_every_minutes_must_not_be_negative(tmp_path, model_factory, sft_da
         sft(model_factory(), sft_data, tmp_path, save_every_minutes=-1)
     with pytest.raises(ValueError, match="DpoConfig.checkpoints.save_every_minutes must be >= 0"):
         DpoConfig(checkpoints=Checkpoints(save_every_minutes=-1.0)).validate()
+
+
+def test_stages_of_one_process_may_differ_in_device_and_precision(
+    tmp_path, model_factory, sft_data
+):
+    """accelerate keeps one state per process and refuses a second Accelerator with another
+    device or precision; a run's stages (and a suite's tests) may ask for both."""
+    from accelerate.state import AcceleratorState
+
+    stages = [("bf16", "auto"), ("no", "auto"), ("auto", "cpu")]
+    for i, (precision, device) in enumerate(stages):
+        config = SftConfig(
+            epochs=1,
+            batch_size=4,
+            progress=False,
+            optim=Optim(lr=3e-3),
+            checkpoints=Checkpoints(stop_after_steps=1),
+            compute=Compute(mixed_precision=precision),
+        )
+        out = tmp_path / str(i)
+        result = train_sft(model_factory(), sft_data, config, output_dir=out, device=device)
+        assert result.step == 1
+        assert AcceleratorState().mixed_precision == precision.replace("auto", "no")
+    assert AcceleratorState().device.type == "cpu"

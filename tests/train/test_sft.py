@@ -10,10 +10,7 @@ import torch
 from coevo.config import build, merge
 from coevo.train.loop import TrainResult
 from coevo.train.sft import SftConfig, train_sft
-
-
-def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+from tests.train.conftest import EXACT, cpu_state
 
 
 def config(**kw) -> SftConfig:
@@ -21,17 +18,19 @@ def config(**kw) -> SftConfig:
     return build(SftConfig, merge({"batch_size": 4, "progress": False, "optim": {"lr": 3e-3}}, kw))
 
 
-def sft(model, examples, tmp_path, *, eval_examples=(), **kw) -> TrainResult:
+def sft(model, examples, tmp_path, *, eval_examples=(), device="auto", **kw) -> TrainResult:
     """`train_sft` into `tmp_path/sft` with `config(**kw)`."""
     out = tmp_path / "sft"
-    return train_sft(model, examples, config(**kw), output_dir=out, eval_examples=eval_examples)
+    return train_sft(
+        model, examples, config(**kw), output_dir=out, eval_examples=eval_examples, device=device
+    )
 
 
 def test_a_few_steps_change_every_parameter_and_lower_the_loss(tmp_path, model_factory, sft_data):
     model = model_factory()
-    before = snapshot(model)
+    before = cpu_state(model)
     result = sft(model, sft_data, tmp_path, epochs=4, eval_examples=sft_data[:6])
-    after = result.model.state_dict()
+    after = cpu_state(result.model)
     unchanged = [k for k, v in before.items() if torch.equal(v, after[k])]
     assert unchanged == []
     evals = [r["eval_loss"] for r in result.history if "eval_loss" in r]
@@ -50,7 +49,7 @@ def test_a_few_steps_change_every_parameter_and_lower_the_loss(tmp_path, model_f
 
 def test_gradient_accumulation_equals_one_big_batch(tmp_path, model_factory, sft_data):
     data = sft_data[:4]
-    kw = dict(epochs=1, optim={"lr": 1e-2, "warmup_ratio": 0.0})
+    kw = dict(epochs=1, optim={"lr": 1e-2, "warmup_ratio": 0.0}, device=EXACT)
     one = sft(model_factory(), data, tmp_path / "a", batch_size=4, **kw)
     two = sft(model_factory(), data, tmp_path / "b", batch_size=2, grad_accum=2, **kw)
     # Same 4 sequences in one optimizer step: loss per token over the whole window.
@@ -62,7 +61,7 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, model_factory, sft
 
 
 def test_stopped_and_resumed_run_gives_the_same_losses(tmp_path, model_factory, sft_data):
-    kw = dict(epochs=2, checkpoints={"save_every": 2}, optim={"warmup_ratio": 0.2})
+    kw = dict(epochs=2, checkpoints={"save_every": 2}, optim={"warmup_ratio": 0.2}, device=EXACT)
     straight = sft(model_factory(), sft_data, tmp_path / "a", **kw)
 
     # Mid-epoch, after a checkpoint at 4.
@@ -80,12 +79,12 @@ def test_stopped_and_resumed_run_gives_the_same_losses(tmp_path, model_factory, 
 
 def test_lora_changes_only_the_adapters_and_saves_merged(tmp_path, model_factory, sft_data):
     model = model_factory()
-    before = snapshot(model)
+    before = cpu_state(model)
     kw = dict(epochs=1, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]})
     part = sft(model, sft_data, tmp_path, checkpoints={"stop_after_steps": 3}, **kw)
     trainable = {n for n, p in part.model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
-    state = part.model.state_dict()
+    state = cpu_state(part.model)
     for name, value in state.items():
         if "lora_" in name:
             continue
@@ -107,9 +106,9 @@ def test_lora_changes_only_the_adapters_and_saves_merged(tmp_path, model_factory
 def test_train_layers_moves_only_the_top_layers(tmp_path, model_factory, sft_data):
     model = model_factory()
     layers = len(model.get_decoder().layers)
-    before = snapshot(model)
+    before = cpu_state(model)
     result = sft(model, sft_data, tmp_path, epochs=1, compute={"train_layers": 1})
-    changed = {k for k, v in result.model.state_dict().items() if not torch.equal(v, before[k])}
+    changed = {k for k, v in cpu_state(result.model).items() if not torch.equal(v, before[k])}
     top = f"layers.{layers - 1}."
     # Every weight of the top layer and the final norm moved; nothing else did (the
     # embeddings, tied to the head, included).
@@ -139,13 +138,14 @@ def test_bad_settings_and_data_get_clear_errors(tmp_path, model_factory, sft_dat
 def test_activation_checkpointing_changes_memory_not_the_result(tmp_path, model_factory, sft_data):
     """Why a run may resume with it turned on or off (coevo.pipeline.FREE_KEYS): the weights
     trained with recomputed activations are the weights trained without."""
-    plain = sft(model_factory(), sft_data, tmp_path / "plain", epochs=1)
+    plain = sft(model_factory(), sft_data, tmp_path / "plain", epochs=1, device=EXACT)
     checkpointed = sft(
         model_factory(),
         sft_data,
         tmp_path / "checkpointed",
         epochs=1,
         compute={"gradient_checkpointing": True},
+        device=EXACT,
     )
     after = checkpointed.model.state_dict()
     for name, value in plain.model.state_dict().items():

@@ -37,6 +37,12 @@ class NoEpisodeError(EnvError, RuntimeError):
     """`step` was called before any `reset`."""
 
 
+class NoDemonstrationError(EnvError):
+    """The task is listed but its env has no expert demonstration for it (e.g. a ScienceWorld
+    gold path longer than the type's step budget). A fact of the task list, not a broken env:
+    methods leave such tasks out of the expert data and the checker reports them apart."""
+
+
 @dataclass(frozen=True)
 class StepResult:
     """What one `step` returns (Gymnasium's five-tuple, named)."""

@@ -163,6 +163,7 @@ def grpo_stage(
             tokenizer=tokenizer,
             seed=cfg.seed,
             max_length=cfg.model.max_length,
+            device=cfg.model.device,
             step_tasks=step_tasks,
         )
         model = copy_for_saving(result.model)

@@ -50,7 +50,9 @@ class ModelSection:
     dtype: str = "auto"
     """Generation dtype: auto (bf16 on a GPU that has it, else float32), float32, bfloat16."""
     device: str = "auto"
-    """Generation device: auto, cpu, cuda, cuda:1, ..."""
+    """Where the run's models run: auto, cpu, cuda, cuda:1, ... Generation uses it as given
+    (`auto`: each process's GPU, else the CPU); training runs on the CPU when it is `cpu` and
+    otherwise where accelerate puts it (each process's GPU; CUDA_VISIBLE_DEVICES picks them)."""
     max_length: int = 2048
     """Token budget of one episode for training and generation; older turns are dropped."""
     pretrain_epochs: int = 0

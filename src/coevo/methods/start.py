@@ -125,5 +125,13 @@ def pretrain(run: Run, start: Path, out: Path, seed: int) -> SftRecord:
         sft, epochs=model.pretrain_epochs, optim=replace(sft.optim, lr=model.pretrain_lr)
     )
     # What it trained with is written beside the model (model/train_config.json).
-    result = train_sft(str(start), examples, config, output_dir=out, seed=seed, tokenizer=tokenizer)
+    result = train_sft(
+        str(start),
+        examples,
+        config,
+        output_dir=out,
+        seed=seed,
+        tokenizer=tokenizer,
+        device=run.config.model.device,
+    )
     return training.sft_record(len(examples), result)

@@ -38,7 +38,13 @@ def sft(
         tokenizer = AutoTokenizer.from_pretrained(start.path)
         examples = sft_examples(trajectories, tokenizer, max_length=run.config.model.max_length)
         result = train_sft(
-            starting_point(start), examples, config, output_dir=out, seed=seed, tokenizer=tokenizer
+            starting_point(start),
+            examples,
+            config,
+            output_dir=out,
+            seed=seed,
+            tokenizer=tokenizer,
+            device=run.config.model.device,
         )
         trained["module"] = result.model
         served_adapter(run, start, out)
@@ -99,7 +105,13 @@ def dpo(
         tokenizer = AutoTokenizer.from_pretrained(start.path)
         examples = dpo_examples(pairs, tokenizer, max_length=run.config.model.max_length)
         result = train_dpo(
-            starting_point(start), examples, config, output_dir=out, seed=seed, tokenizer=tokenizer
+            starting_point(start),
+            examples,
+            config,
+            output_dir=out,
+            seed=seed,
+            tokenizer=tokenizer,
+            device=run.config.model.device,
         )
         trained["module"] = result.model
         served_adapter(run, start, out)

@@ -115,12 +115,13 @@ def train_dpo(
     output_dir: str | Path,
     seed: int = 0,
     tokenizer: Any = None,
+    device: str = "auto",
 ) -> TrainResult:
     """Train `model` (an HF causal LM or its directory) on preference pairs with Eq. 9.
 
     Checkpoints, reference log-probs, `metrics.jsonl` and the final `model/` go to
     `output_dir`; a rerun with the same directory resumes there. `seed` seeds the data order
-    and every RNG.
+    and every RNG. `device`: `cpu`, or `auto` for accelerate's choice.
     """
     config.validate()
     if not examples:
@@ -131,6 +132,7 @@ def train_dpo(
     accelerator = make_accelerator(
         config.compute,
         config.tracking,
+        device=device,
         output_dir=output_dir,
         settings=settings_record(config, seed),
     )

@@ -172,6 +172,7 @@ def train_grpo(
     seed: int = 0,
     max_length: int | None = None,
     step_tasks: Callable[[int], Sequence[Task]] | None = None,
+    device: str = "auto",
 ) -> TrainResult:
     """Train `model` (an HF causal LM or its directory) with GRPO on `tasks`.
 
@@ -182,11 +183,13 @@ def train_grpo(
     `tokenizer` renders the episodes (the policy's own); `max_length` is the context budget
     they are rendered with (as the rollouts were played). Checkpoints, `metrics.jsonl` and the
     final `model/` go to `output_dir`; a rerun with the same directory resumes there.
+    `device`: `cpu`, or `auto` for accelerate's choice.
     """
     config.validate()
     accelerator = make_accelerator(
         config.compute,
         config.tracking,
+        device=device,
         output_dir=output_dir,
         settings=settings_record(config, seed),
     )

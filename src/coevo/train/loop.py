@@ -60,19 +60,27 @@ def make_accelerator(
     compute: Compute,
     tracking: Tracking | None = None,
     *,
+    device: str = "auto",
     output_dir: str | Path | None = None,
     settings: dict[str, Any] | None = None,
 ) -> Accelerator:
     """One Accelerator per run; gradient accumulation is done by the loop (see `windows`).
 
+    `device`: `cpu` trains on the CPU (also on a GPU machine); any other value leaves the
+    choice to accelerate (this process's GPU when there is one).
+
     With `tracking.log_with`, its trackers are started on `output_dir` with `settings` (what
     the run trains with) as the run's configuration; `CheckpointDir.log` logs every record.
     """
     names = tracking.names() if tracking is not None else []
+    cpu = device == "cpu"
+    precision = mixed_precision(compute.mixed_precision, cpu=cpu)
+    fit_accelerator_state(cpu, precision)
     # step_scheduler_with_optimizer=False: the schedule is counted in this process's
     # optimizer steps, so it reads the same on 1 or 8 GPUs.
     accelerator = Accelerator(
-        mixed_precision=mixed_precision(compute.mixed_precision),
+        cpu=cpu,
+        mixed_precision=precision,
         step_scheduler_with_optimizer=False,
         log_with=names or None,
         project_dir=str(output_dir) if names and output_dir is not None else None,
@@ -80,6 +88,33 @@ def make_accelerator(
     if names:
         accelerator.init_trackers(tracking.project, config=flat_settings(settings or {}))
     return accelerator
+
+
+def fit_accelerator_state(cpu: bool, precision: str) -> None:
+    """Let this process's next Accelerator use `cpu` and `precision`.
+
+    accelerate keeps one state per process and refuses an Accelerator whose device or mixed
+    precision differs from the first one's. One process may well need both (a stage trained
+    in bf16 on the GPU, the next with `mixed_precision: no`, or on the CPU): with a single
+    process the state is rebuilt, as accelerate's own tests do between cases. Several
+    processes share their process group through it, so there a change is a clear error.
+    """
+    from accelerate.state import AcceleratorState
+
+    if not AcceleratorState._shared_state:
+        return
+    state = AcceleratorState()
+    on_cpu = state.device.type == "cpu"
+    if state.mixed_precision == precision and (on_cpu or not cpu):
+        return
+    if state.num_processes > 1:
+        raise ValueError(
+            f"This run's processes train with mixed_precision={state.mixed_precision!r} on "
+            f"{state.device.type}; a stage asked for {precision!r}"
+            f"{' on the cpu' if cpu else ''}. Give every stage the same compute.device and "
+            "compute.mixed_precision in a multi-process run."
+        )
+    AcceleratorState._reset_state(reset_partial_state=on_cpu != cpu)
 
 
 def flat_settings(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -325,12 +325,12 @@ def save_model(model: nn.Module, out_dir: Path, tokenizer: Any = None) -> None:
         tokenizer.save_pretrained(out_dir)
 
 
-def mixed_precision(choice: str) -> str:
+def mixed_precision(choice: str, *, cpu: bool = False) -> str:
     """Resolve `auto`: bf16 on a GPU that has it; otherwise none (CPU bf16 autocast is slow)."""
     if choice not in ("auto", "no", "bf16", "fp16"):
         raise ValueError(f"mixed_precision must be auto, no, bf16 or fp16, got {choice!r}.")
     if choice != "auto":
         return choice
-    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+    if not cpu and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
         return "bf16"
     return "no"

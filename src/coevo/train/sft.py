@@ -82,8 +82,11 @@ def train_sft(
     seed: int = 0,
     eval_examples: Sequence[TokenSeq] = (),
     tokenizer: Any = None,
+    device: str = "auto",
 ) -> TrainResult:
     """Fine-tune `model` (an HF causal LM or its directory) on the agent tokens of `examples`.
+
+    `device`: `cpu`, or `auto` for accelerate's choice (`coevo.train.loop.make_accelerator`).
 
     Checkpoints, `metrics.jsonl` and the final `model/` go to `output_dir`, and a rerun with
     the same directory resumes there. `seed` seeds the data order and every RNG: two runs with
@@ -97,6 +100,7 @@ def train_sft(
     accelerator = make_accelerator(
         config.compute,
         config.tracking,
+        device=device,
         output_dir=output_dir,
         settings=settings_record(config, seed),
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from coevo.envs.base import EnvError, EpisodeClock, StepResult, check_split
+from coevo.envs.base import EnvError, EpisodeClock, NoDemonstrationError, StepResult, check_split
 from coevo.envs.react import FORMAT_ERROR, format_reply, parse
 from coevo.envs.sciworld import protocol
 from coevo.envs.sciworld.manifest import (
@@ -243,7 +243,9 @@ class SciWorldEnv:
                 if self.splits == "eto"
                 else "tasks() leaves it out once checked; pick another task"
             )
-            raise EnvError(f"The gold path of {task.id} is excluded: {record.reason}. {listed}.")
+            raise NoDemonstrationError(
+                f"The gold path of {task.id} is excluded: {record.reason}. {listed}."
+            )
         return [Turn("assistant", format_reply(thought_for(a), a)) for a in record.actions]
 
     def gold_record(self, task: Task) -> GoldRecord:
