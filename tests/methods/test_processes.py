@@ -9,9 +9,6 @@ uneven split pads one process's last batch, as accelerate does, which one proces
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +18,7 @@ from safetensors.torch import load_file
 
 from coevo.methods.processes import Processes
 from coevo.store import Store
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.launch import launch, single
 
 RECIPE = {
     "method": "eto",
@@ -36,15 +32,15 @@ RECIPE = {
 }
 
 
-def coevo_run(launch: list[str], recipe: dict, out: Path) -> Path:
+def coevo_run(recipe: dict, out: Path, *, processes: int) -> Path:
+    """`coevo run` of `recipe` into `out`, as `processes` processes under torchrun or one."""
     path = out.with_suffix(".yaml")
     path.write_text(yaml.safe_dump(recipe))
-    # ACCELERATE_USE_CPU: the launcher's processes become accelerate's MULTI_CPU (gloo) setup.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
-    args = [*launch, "-m", "coevo", "run", str(path), "--out", str(out)]
-    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    args = ["-m", "coevo", "run", str(path), "--out", str(out)]
+    if processes > 1:
+        launch(args, out.with_name(f"{out.name}-logs"), processes=processes)
+    else:
+        single(args)
     return out
 
 
@@ -61,14 +57,10 @@ def played(run_dir: Path) -> dict[str, list]:
 
 @pytest.mark.slow
 def test_two_processes_run_what_one_process_runs(tmp_path):
-    two = coevo_run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"],
-        RECIPE,
-        tmp_path / "two",
-    )
+    two = coevo_run(RECIPE, tmp_path / "two", processes=2)
     one_recipe = {**RECIPE, "sft": {**RECIPE["sft"], "grad_accum": 2}}
     one_recipe["dpo"] = {**RECIPE["dpo"], "grad_accum": 2}
-    one = coevo_run([sys.executable], one_recipe, tmp_path / "one")
+    one = coevo_run(one_recipe, tmp_path / "one", processes=1)
     got, expected = played(two), played(one)
     assert got == expected
     assert all(got.values())
@@ -91,3 +83,11 @@ def test_a_process_plays_its_share_and_gets_every_episode_back():
     assert Processes(1, 2).share(items) == [1, 3, 5]
     assert Processes().share(items) == items and Processes().gather(items) == items
     assert Processes(1, 2, local_rank=1).device("cpu") == "cpu"
+
+
+@pytest.mark.slow
+def test_a_process_left_waiting_says_which_it_is_and_what_it_waited_for(tmp_path):
+    script = Path(__file__).with_name("processes_script.py")
+    with pytest.raises(AssertionError) as failed:
+        launch([str(script)], tmp_path / "logs", timeout=300)
+    assert "Process 0 of 2 stopped waiting for stage eval-0" in str(failed.value)

@@ -10,16 +10,31 @@ finished stage's record from its manifest, so every process goes on with the sam
 
 A process's episodes do not depend on which process plays them (each episode has its own
 seeds, `coevo.rollout`), so the run plays the episodes one process plays.
+
+The processes wait for each other and exchange episodes and records over a gloo group of their
+own (on GPUs too: Python objects need no device copies there) whose waits last `WAIT`, since a
+stage the main process runs alone may take hours; the trainers' gradients go over accelerate's
+group. A process that stops waiting says which process it is and what it waited for.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+WAIT = timedelta(hours=12)
+"""How long a process waits for the others (for a stage the main process runs alone: expert
+demonstrations of a large train split, a model's conversion). A process that dies is noticed
+at once (its connections close); this bounds only a hang."""
+
+
+class ProcessesError(RuntimeError):
+    """A process of a multi-process run stopped waiting for the others."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +44,8 @@ class Processes:
     rank: int = 0
     count: int = 1
     local_rank: int = 0
+    group: Any = field(default=None, compare=False, repr=False)
+    """The processes' gloo group for waits and objects (None: the default group)."""
 
     @property
     def main(self) -> bool:
@@ -45,7 +62,10 @@ class Processes:
         import torch.distributed as dist
 
         parts: list[Any] = [None] * self.count
-        dist.all_gather_object(parts, items)
+        self._wait(
+            "the episodes of every process",
+            lambda: dist.all_gather_object(parts, items, group=self.group),
+        )
         return [item for part in parts for item in part]
 
     def from_main(self, value: T) -> T:
@@ -55,24 +75,40 @@ class Processes:
         import torch.distributed as dist
 
         box = [value]
-        dist.broadcast_object_list(box, src=0)
+        self._wait(
+            "the main process's view",
+            lambda: dist.broadcast_object_list(box, src=0, group=self.group),
+        )
         return box[0]
 
-    def barrier(self) -> None:
+    def barrier(self, what: str) -> None:
+        """Wait until every process is here; `what` names what is waited for (a stage's end)."""
         if self.count > 1:
             import torch.distributed as dist
 
-            dist.barrier()
+            self._wait(
+                what, lambda: dist.monitored_barrier(self.group, timeout=WAIT, wait_all_ranks=True)
+            )
 
     def end(self) -> None:
-        """Wait for every process, then take the process group down: a group left to the
+        """Wait for every process, then take the process groups down: a group left to the
         interpreter's exit can abort a process whose gloo threads are still joinable."""
         if self.count > 1:
             import torch.distributed as dist
 
             if dist.is_initialized():
-                dist.barrier()
+                self.barrier("the end of the run")
                 dist.destroy_process_group()
+
+    def _wait(self, what: str, collective: Callable[[], Any]) -> None:
+        try:
+            collective()
+        except (RuntimeError, ValueError) as exc:  # gloo's errors: a closed peer, a timeout
+            raise ProcessesError(
+                f"Process {self.rank} of {self.count} stopped waiting for {what}: {exc}. "
+                "Another process probably failed first: its own log says why (torchrun "
+                "--log-dir DIR --tee 3 keeps each process's log)."
+            ) from exc
 
     def device(self, configured: str) -> str:
         """The generation device: each process's own GPU when `auto` picks GPUs."""
@@ -89,9 +125,11 @@ def start() -> Processes:
     count = int(os.environ.get("WORLD_SIZE", "1"))
     if count == 1:
         return Processes()
+    import torch.distributed as dist
     from accelerate import PartialState
     from accelerate.utils import parse_flag_from_env
 
     # As the trainers' Accelerator makes it (the state is shared): on the CPU only when asked.
     state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
-    return Processes(state.process_index, state.num_processes, state.local_process_index)
+    group = dist.new_group(backend="gloo", timeout=WAIT)
+    return Processes(state.process_index, state.num_processes, state.local_process_index, group)

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from coevo.envs.pool import EnvPool
 from coevo.envs.workers import RayEnvPool
-from coevo.methods.processes import Processes
+from coevo.methods.processes import Processes, ProcessesError
 from coevo.methods.recipe import RunConfig
 from coevo.pipeline import Pipeline
 from coevo.store import Store
@@ -109,9 +109,15 @@ class Run:
             outputs = self.pipeline.stage(name, lambda out: fn(out).to_dict(), inputs)
         elif everyone and not done:
             fn(self.pipeline.stage_dir(name))
-        procs.barrier()  # the manifest and stored rows are written
+        procs.barrier(f"stage {name}")  # its manifest and stored rows are written
         if not procs.main:
-            outputs = self.pipeline.manifest(name)["outputs"]
+            record = self.pipeline.manifest(name)
+            if record is None:  # read after the main process wrote it: never expected
+                raise ProcessesError(
+                    f"Process {procs.rank} found no record of stage {name} after the main "
+                    f"process finished it ({self.pipeline.run_dir / 'stages' / name})."
+                )
+            outputs = record["outputs"]
         return read(outputs)
 
     def hand_on(self, path: Path, module: Any = None) -> StageModel:

@@ -104,7 +104,7 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
                 raise RunDirError(str(exc)) from None
             if config.init_from:
                 adopt(Path(config.init_from), config, pipeline, store)
-        processes.barrier()
+        processes.barrier("the run directory's set-up")
         if not processes.main:  # the run's files are there now: read, never written, here
             pipeline = Pipeline(out, record, quiet=True, defaults=to_dict(RunConfig()))
             store = Store(out, readonly=True)
