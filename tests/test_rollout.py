@@ -204,7 +204,7 @@ def test_lockstep_equals_sequential_with_a_real_model(toy_agent_dir, temperature
 def test_random_model_runs_to_the_step_budget(nano_model_dir):
     from coevo.policy.hf import HFPolicy
 
-    policy = HFPolicy(nano_model_dir, dtype="float64", device="cpu")  # compared to 1e-6
+    policy = HFPolicy(nano_model_dir, dtype="float64")
     tasks = ToyEnv().tasks("train")[:3]
     sampling = Sampling(max_new_tokens=12)
     out = rollout(policy, ToyEnv, tasks, sampling=sampling, batch_size=2, progress=False)

@@ -389,3 +389,46 @@ def test_an_episode_cut_by_the_context_budget_is_marked_and_left_out_of_the_gap(
     assert len(cut.input_ids) < len(whole.input_ids)
     batch = collate([whole, cut], torch.device("cpu"))
     assert batch["full_context"].tolist() == [True, False]
+
+
+def test_old_log_probs_come_from_the_trainer_when_sampling_was_too_far_from_it(
+    nano_model_dir, monkeypatch
+):
+    """Sampling in bf16 puts the sampled log-probs about 0.1 from the trainer's float32 ones
+    (tests/test_gpu.py measures it): over `max_logp_gap` a step's later minibatches take their
+    old log-probs from a trainer forward; under it, the sampled ones."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(nano_model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(nano_model_dir)
+    played = hf_player(nano_model_dir, LetterEnv, config(samples=2), max_length=256)(
+        model.eval(), LetterEnv().tasks("train")[:4], step=1, seed=0
+    )
+    # As if sampled in another precision: every agent token 0.2 off the trainer's.
+    episodes = [episode(t, tokenizer, a, 256) for t, a in zip(played, [1.0, -1.0] * 4, strict=True)]
+    off = [dataclasses.replace(e, old_logps=[v - 0.2 * m for v, m in
+           zip(e.old_logps, e.action_mask, strict=True)]) for e in episodes]  # fmt: skip
+    olds: list[torch.Tensor] = []
+
+    def spy(logps, old, *args: Any, **kw: Any):
+        olds.append((old - logps.detach()).abs().max())
+        return grpo_loss(logps, old, *args, **kw)
+
+    monkeypatch.setattr(grpo_module, "grpo_loss", spy)
+
+    def step(bound: float) -> dict[str, float]:
+        olds.clear()
+        net = AgentLogps(model)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.0)  # the model stays as it is
+        settings = config(samples=2, minibatches=2, micro_batch_size=8, max_logp_gap=bound)
+        accelerator = make_accelerator(Compute(), device=EXACT)
+        return grpo_module.update(net, None, off, settings, accelerator, optimizer, seed=0, step=1)
+
+    loose = step(1.0)
+    assert loose["old_logps_from_trainer"] == 0 and loose["sampled_logp_gap"] > 0.19
+    assert olds[-1] > 0.19  # the second minibatch's old log-probs: the sampled ones
+    tight = step(0.1)
+    assert tight["old_logps_from_trainer"] == 1
+    assert olds[-1] < 1e-5  # the trainer's own (lr 0: nothing moved)
+    with pytest.raises(ValueError, match="max_logp_gap must be >= 0"):
+        config(max_logp_gap=-1.0).validate()

@@ -24,6 +24,9 @@ Each step reads top to bottom:
    (`sampled_logp_gap`, over episodes that kept their whole context, in every prompt they
    were sampled from too; `context_cut` is the share of the others): a gap above float
    rounding means generation played other weights or another precision than the trainer.
+   Before a step that needs old log-probs, the gap is measured on its first micro-batch; over
+   `max_logp_gap` (sampling in bf16 on a GPU: about 0.1), every episode's old log-probs come
+   from the trainer's own forward instead (one more forward pass; `old_logps_from_trainer`).
 4. log (`metrics.jsonl`, and the trackers of `tracking.log_with`), checkpoint, next step.
 
 The reference (kl_coef > 0) is the model as given, before any update: a frozen copy, or with
@@ -125,6 +128,10 @@ class GrpoConfig:
     """Passes over each rollout batch (each pass `minibatches` optimizer steps)."""
     micro_batch_size: int = 8
     """Episodes per forward pass (a minibatch is accumulated over micro-batches)."""
+    max_logp_gap: float = 1e-3
+    """Largest |sampled - trainer| log-prob of a token for which the sampled log-probs serve as
+    the old log-probs of later minibatches (float32 on one device: about 1e-6; sampled in bf16:
+    about 0.1). Over it, a no-gradient trainer forward gives them."""
     eval_every: int = 10
     """(`grpo` method) Evaluate on the test splits every this many steps: one stage each."""
     progress: bool = True
@@ -144,6 +151,8 @@ class GrpoConfig:
         check_trainer(self, (*counts, "epochs", "micro_batch_size", "eval_every"))
         if self.kl_coef < 0:
             raise ValueError(f"GrpoConfig.kl_coef must be >= 0 (0: no KL), got {self.kl_coef}.")
+        if not self.max_logp_gap >= 0:
+            raise ValueError(f"GrpoConfig.max_logp_gap must be >= 0, got {self.max_logp_gap}.")
         if self.clip_low < 0 or self.clip_high < 0 or self.clip_low >= 1:
             raise ValueError(
                 f"GrpoConfig.clip_low must be in [0, 1) and clip_high >= 0, got "
@@ -300,8 +309,11 @@ def update(
     step: int,
 ) -> dict[str, float]:
     """The optimizer steps of one rollout batch; the step's loss numbers, averaged per token."""
+    from_trainer = False
     if config.minibatches > 1 or config.epochs > 1:
-        episodes = rescored(net, episodes, accelerator.device, config.micro_batch_size)
+        size = config.micro_batch_size
+        from_trainer = sampled_gap(net, episodes[:size], accelerator.device) > config.max_logp_gap
+        episodes = rescored(net, episodes, accelerator.device, size, every=from_trainer)
     rng = random.Random(seed * 1_000_003 + step * 7_919 + 1)
     order = list(range(len(episodes)))
     sums: dict[str, float] = {}
@@ -371,17 +383,40 @@ def update(
     stats["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else 0.0
     stats["optimizer_steps"] = len(grad_norms)
     stats["sampled_logp_gap"] = gap
+    stats["old_logps_from_trainer"] = float(from_trainer)
     return stats
 
 
+@torch.no_grad()
+def sampled_gap(net: nn.Module, episodes: Sequence[Episode], device: torch.device) -> float:
+    """The largest |sampled - trainer| log-prob over the agent tokens of `episodes` that kept
+    their whole context (0 when none did)."""
+    whole = [e for e in episodes if e.full_context]
+    if not whole:
+        return 0.0
+    batch = collate(whole, device)
+    logps, _ = net(
+        batch["input_ids"], batch["attention_mask"], batch["action_mask"], per_token=True
+    )  # (batch, seq - 1)
+    mask = batch["action_mask"][:, 1:].bool()
+    diff = (logps.float() - batch["old_logps"][:, 1:]).abs()[mask]
+    return float(diff.max()) if diff.numel() else 0.0
+
+
 def rescored(
-    net: nn.Module, episodes: Sequence[Episode], device: torch.device, size: int
+    net: nn.Module,
+    episodes: Sequence[Episode],
+    device: torch.device,
+    size: int,
+    *,
+    every: bool = False,
 ) -> list[Episode]:
-    """`episodes` with the old log-probs of those whose context was cut taken from a forward
-    of the context they are trained in (no gradient, before any update). Their sampled
-    log-probs belong to another context, and after the first minibatch the old log-probs
-    enter the ratio; the others keep theirs (sampled, so no second forward)."""
-    cut = [i for i, e in enumerate(episodes) if not e.full_context]
+    """`episodes` with the old log-probs of those whose context was cut (or of `every` one)
+    taken from a forward of the context they are trained in (no gradient, before any update).
+    A cut episode's sampled log-probs belong to another context, and after the first minibatch
+    the old log-probs enter the ratio; the others keep theirs (sampled, so no second forward)
+    unless sampling's precision put them too far from the trainer's (`max_logp_gap`)."""
+    cut = [i for i, e in enumerate(episodes) if every or not e.full_context]
     out = list(episodes)
     with torch.no_grad():
         for start in range(0, len(cut), size):

@@ -1,0 +1,118 @@
+"""On a CUDA GPU in bf16, as researchers run coevo: generation with sessions, the three trainers'
+steps, the gap between bf16 sampling and the trainer's forward, and a nano `coevo run`.
+
+Marked `gpu`: skipped (and counted as skipped) where torch sees no CUDA device. Run them alone
+with `pytest -m gpu`; `make test` runs them with the rest where a GPU is.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from coevo.config import build
+from coevo.policy.base import Sampling
+from coevo.render import render_prompt
+from coevo.trajectory import Turn
+from tests.toy_env import ToyEnv
+
+pytestmark = pytest.mark.gpu
+
+MISMATCH = 0.1
+"""Share of greedy replies allowed to differ between two bf16 paths that compute the same
+thing in another order (a session's cached prefix vs the whole prompt): near-ties flip."""
+
+
+def on_cuda(model: torch.nn.Module) -> bool:
+    return all(p.device.type == "cuda" for p in model.parameters())
+
+
+def trainable_moved(before: dict[str, torch.Tensor], model: torch.nn.Module) -> list[str]:
+    """Names of trainable parameters that did not move (compared on the CPU)."""
+    return [
+        n
+        for n, p in model.named_parameters()
+        if p.requires_grad and torch.equal(p.detach().cpu(), before[n])
+    ]
+
+
+def test_bf16_greedy_replies_with_sessions_equal_prompts_sent_whole(toy_agent_dir):
+    from coevo.policy.hf import HFPolicy
+
+    policy = HFPolicy(toy_agent_dir, dtype="bfloat16", device="cuda")
+    assert policy.dtype == torch.bfloat16 and on_cuda(policy.model)
+    env = ToyEnv()
+    tasks = env.tasks("train") + env.tasks("test_unseen")
+    firsts = [[Turn("user", f"{env.instruction_prompt}\n\n{env.reset(t)[0]}")] for t in tasks]
+    sampling = Sampling(max_new_tokens=32)
+    keys = [t.id for t in tasks]
+    replies = policy.generate([render_prompt(t, policy.tokenizer) for t in firsts], sampling,
+                              sessions=keys)  # fmt: skip
+    seconds = [[*t, Turn("assistant", r.text), Turn("user", "Observation: try again.")]
+               for t, r in zip(firsts, replies, strict=True)]  # fmt: skip
+    prompts = [render_prompt(t, policy.tokenizer) for t in seconds]
+    kept = policy.generate(prompts, sampling, sessions=keys)  # only the new turns run
+    whole = policy.generate(prompts, sampling)  # no session: every token runs
+    differ = sum(a.token_ids != b.token_ids for a, b in zip(kept, whole, strict=True))
+    assert differ <= MISMATCH * len(prompts), f"{differ} of {len(prompts)} replies differ"
+
+
+@pytest.mark.parametrize("trainer", ["sft", "dpo"])
+def test_a_bf16_trainer_step_on_cuda_lowers_the_loss_and_moves_every_weight(trainer, tmp_path):
+    import random
+
+    from coevo.train.batches import DpoExample
+    from coevo.train.dpo import DpoConfig, train_dpo
+    from coevo.train.settings import Optim
+    from coevo.train.sft import SftConfig, train_sft
+    from tests.train.conftest import random_seq, tiny_llama
+
+    rng = random.Random(1)
+    sft_data = [random_seq(rng) for _ in range(24)]
+    dpo_data = [DpoExample(random_seq(rng), random_seq(rng), 1.0, 0.1) for _ in range(16)]
+    model = tiny_llama()
+    before = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    if trainer == "sft":
+        config = SftConfig(epochs=4, batch_size=4, progress=False, optim=Optim(lr=3e-3))
+        result = train_sft(model, sft_data, config, output_dir=tmp_path)
+    else:
+        config = DpoConfig(epochs=4, batch_size=4, progress=False, optim=Optim(lr=1e-3))
+        result = train_dpo(model, dpo_data, config, output_dir=tmp_path)
+    assert result.model is not None and on_cuda(result.model)
+    assert trainable_moved(before, result.model) == []
+    losses = [r["loss"] for r in result.history if "loss" in r]
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, losses
+
+
+def test_a_grpo_step_on_cuda_measures_its_bf16_gap_and_takes_old_logps_from_the_trainer(
+    nano_model_dir, tmp_path
+):
+    """The trainer computes in bf16 autocast, the rollouts play the float32 module: the gap is
+    measured and bounded, and over `max_logp_gap` the later minibatch's old log-probs come
+    from the trainer's forward."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.train.test_grpo import config, grpo
+
+    before = AutoModelForCausalLM.from_pretrained(nano_model_dir).state_dict()
+    result = grpo(nano_model_dir, tmp_path / "grpo", config(steps=2, minibatches=2))
+    assert on_cuda(result.model)
+    moved = [k for k, v in result.model.state_dict().items() if torch.equal(v.cpu(), before[k])]
+    assert moved == []
+    for record in result.history:
+        assert 0 < record["sampled_logp_gap"] < 1.0, record  # measured: about 0.1 in bf16
+        assert record["old_logps_from_trainer"] == (record["sampled_logp_gap"] > 1e-3)
+
+
+def test_a_nano_eto_run_on_cuda_end_to_end(tmp_path):
+    from coevo.methods.recipe import RunConfig
+    from coevo.methods.runner import execute
+    from coevo.store import Store
+    from tests.methods.test_run import FAST
+
+    recipe = {**FAST, "model": {"size": "nano", "max_length": 512}, "iterations": 1}
+    run = execute(build(RunConfig, {**recipe, "method": "eto"}), tmp_path / "run", quiet=True)
+    assert (run / "stages" / "dpo-1-target" / "model" / "model.safetensors").is_file()
+    with Store(run, readonly=True) as store:
+        for split in ("test_seen", "test_unseen"):
+            assert store.trajectories(stage=f"eval-1-{split}")
