@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from coevo.envs import SPLITS, EnvError, EpisodeFinishedError
+from coevo.envs.base import NoDemonstrationError
+from coevo.envs.check import check_env
 from coevo.envs.episode import expert_trajectory
 from coevo.envs.react import FORMAT_ERROR
 from coevo.envs.sciworld import SciWorldEnv, eto
@@ -216,8 +218,25 @@ def test_eto_lists_keep_a_task_whose_gold_path_failed(
     budget = task.data["max_steps"]
     env.gold.put(GoldRecord(task.id, ("look around",), False, 0.0, 1, "replay failed", budget))
     assert task in env.tasks("test_seen") and env.excluded()[task.id] == "replay failed"
-    with pytest.raises(EnvError, match="ETO's task lists keep the task"):
+    with pytest.raises(NoDemonstrationError, match="ETO's task lists keep the task"):
         env.expert(task)
+    # The checker counts and names it apart, not as a failure of the expert.
+    report = check_env(ListsOne(env, task), tasks_per_split=1, splits=("test_seen",))
+    assert list(report.undemonstrated) == [task.id]
+    assert report.results["expert reaches 1.0"].failed == 0
+
+
+class ListsOne:
+    """`env` listing only `task` in every split (for the checker)."""
+
+    def __init__(self, env: SciWorldEnv, task: Task) -> None:
+        self._env, self._task = env, task
+
+    def tasks(self, split: str) -> list[Task]:
+        return [self._task]
+
+    def __getattr__(self, name: str):
+        return getattr(self._env, name)
 
 
 def test_killed_jvm_ends_the_episode_and_the_env_recovers(env: SciWorldEnv) -> None:
