@@ -153,6 +153,19 @@ def test_a_finished_run_grows_by_its_extending_keys_only(tmp_path):
     message = str(caught.value)
     assert "iterations (3 -> 2); sft.lr (0.1 -> 0.2)" in message
     assert "only iterations may grow" in message
+    assert f"init_from='{tmp_path}'" in message  # how to reuse what it finished
+
+
+def test_a_refused_recipe_names_another_method_or_env_first_and_every_difference(tmp_path):
+    settings = {f"k{i:02d}": i for i in range(12)}  # more than a line's worth, sorted before
+    first = {"method": "eto", "env": {"name": "shop"}, "a": settings}
+    saved_pipeline(tmp_path, first)
+    other = {"method": "sft", "env": {"name": "sql"}, "a": {k: -v - 1 for k, v in settings.items()}}
+    with pytest.raises(RunDirError) as caught:
+        saved_pipeline(tmp_path, other)
+    message = str(caught.value)
+    assert 'another recipe: method ("eto" -> "sft"); env.name ("shop" -> "sql"); a.k00' in message
+    assert "a.k11 (11 -> -12)" in message and "..." not in message
 
 
 def test_a_run_resumes_with_memory_and_time_settings_changed(tmp_path):

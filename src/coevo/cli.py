@@ -290,6 +290,7 @@ def run_command(
 ) -> None:
     """Run a method recipe; rerunning the same directory skips finished stages and resumes."""
     from coevo.config import ConfigError, load
+    from coevo.methods.processes import ProcessesError
     from coevo.methods.recipe import RunConfig
     from coevo.pipeline import RunDirError
     from coevo.policy.models import ModelError
@@ -304,7 +305,7 @@ def run_command(
 
         quiet_libraries()
         execute(recipe, out)
-    except (ConfigError, RunDirError, envs.EnvError, ModelError) as exc:
+    except (ConfigError, RunDirError, envs.EnvError, ModelError, ProcessesError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         interrupted()

@@ -121,11 +121,12 @@ class Pipeline:
             )
         grown, differ = recipe_changes(saved, self.config, extends, _flat(defaults))
         if differ:
-            shown = "; ".join(differ[:6]) + ("; ..." if len(differ) > 6 else "")
             raise RunDirError(
-                f"{str(self.run_dir)!r} holds a run with another recipe: {shown}. Resume it "
-                f"with its own recipe (its config.yaml), or start a new run with another "
-                f"--out; only {', '.join(extends) or 'no keys'} may grow to extend a run."
+                f"{str(self.run_dir)!r} holds a run with another recipe: {'; '.join(differ)}. "
+                "Resume it with its own recipe (its config.yaml), or start a new run with "
+                f"another --out (add init_from={str(self.run_dir)!r} to reuse its finished "
+                f"stages that the new recipe shares); only {', '.join(extends) or 'no keys'} "
+                "may grow to extend a run."
             )
         return grown
 
@@ -296,7 +297,8 @@ def recipe_changes(
     a run's saved recipe and a new one, both nested; `defaults` is flat (dotted keys)."""
     old, now = _flat(saved), _flat(new)
     grown, differ = [], []
-    for key in sorted(old.keys() | now.keys()):
+    # What the run is (its method, its env) first, then every other key in order.
+    for key in sorted(old.keys() | now.keys(), key=lambda k: (_rank(k), k)):
         before, after = old.get(key, _MISSING), now.get(key, _MISSING)
         if before == after or _free(key):
             continue
@@ -310,6 +312,13 @@ def recipe_changes(
 
 
 _MISSING = object()
+_FIRST = ("method", "env.name", "env.", "model.")
+
+
+def _rank(key: str) -> int:
+    """Where `key` comes in a list of differences: the keys that say what a run is first."""
+    return next((i for i, head in enumerate(_FIRST) if key.startswith(head)), len(_FIRST))
+
 
 # Settings that change a run's memory and time, never its results (the trained weights are
 # the same, up to float rounding: tests/train/test_sft.py, test_dpo.py), so a started run may

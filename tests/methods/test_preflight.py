@@ -111,3 +111,35 @@ def test_a_damaged_store_stops_the_run_with_one_sentence_and_is_kept(tmp_path):
         execute(recipe(), out, quiet=True)
     assert db.read_bytes() == before
     assert not (out / "stages").exists()  # no stage ran
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("explore.temperature=-1", "explore.temperature must be >= 0 (0 = greedy), got -1.0"),
+        ("explore.top_p=0", "explore.top_p must be in (0, 1], got 0.0"),
+        ("eval.max_new_tokens=0", "eval.max_new_tokens must be at least 1, got 0"),
+        ("env.train_tasks=0", "env.train_tasks must be >= 1, got 0"),
+        ("env.eval_tasks=0", "env.eval_tasks must be >= 1, got 0"),
+        ("explore.batch_size=0", "explore.batch_size must be >= 1, got 0"),
+    ],
+)
+def test_every_sampling_value_and_count_is_checked_before_anything_runs(tmp_path, override, needle):
+    config = tmp_path / "r.yaml"
+    config.write_text("env:\n  name: tests.toy_env:ToyEnv\nmethod: eto\n")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(out), override])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == f"error: {needle}."
+    assert not out.exists()
+
+
+def test_out_pointing_at_a_file_is_one_sentence(tmp_path):
+    config = tmp_path / "r.yaml"
+    config.write_text("env:\n  name: tests.toy_env:ToyEnv\n")
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine")
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(taken)])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: --out '{taken}' is a file, not a directory")
+    assert "Traceback" not in result.output and taken.read_text() == "mine"

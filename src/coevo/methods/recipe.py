@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from coevo.config import ConfigError
 from coevo.envs.base import SPLITS
+from coevo.policy.base import Sampling
 from coevo.train.dpo import DpoConfig
 from coevo.train.grpo import GrpoConfig
 from coevo.train.settings import MOVED_INTO_GROUPS
@@ -379,8 +380,30 @@ class RunConfig:
             raise ConfigError(
                 f"model.pretrain_epochs must be >= 0, got {self.model.pretrain_epochs}."
             )
-        if self.explore.samples < 1:
-            raise ConfigError(f"explore.samples must be >= 1, got {self.explore.samples}.")
+        # Every count and sampling value a stage will use, before the first stage runs: a
+        # mistake found inside a stage costs the stages before it.
+        counts = {
+            "explore.samples": self.explore.samples,
+            "explore.batch_size": self.explore.batch_size,
+            "explore.chunk": self.explore.chunk,
+            "eval.batch_size": self.eval.batch_size,
+            "env.train_tasks": self.env.train_tasks,
+            "env.eval_tasks": self.env.eval_tasks,
+        }
+        for key, value in counts.items():
+            if value is not None and value < 1:
+                raise ConfigError(f"{key} must be >= 1, got {value}.")
+        for section, values in (
+            (
+                "explore",
+                (self.explore.temperature, self.explore.top_p, self.explore.max_new_tokens),
+            ),
+            ("eval", (0.0, 1.0, self.eval.max_new_tokens)),
+        ):
+            try:
+                Sampling(*values)
+            except ValueError as exc:
+                raise ConfigError(f"{section}.{exc}") from None
         if self.model.backend == "server" and not (self.server.url and self.server.model):
             raise ConfigError(
                 "model.backend is server but server.url or server.model is not set: give the "

@@ -71,6 +71,11 @@ def recorded(config: RunConfig) -> dict[str, Any]:
 def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
     """Run (or finish) `config` in `out`; returns the run directory."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RunDirError(
+            f"--out {str(out)!r} is a file, not a directory: give a new directory for the run "
+            "(or a run's directory to resume it)."
+        )
     loop = method(config.method).loop
     check_recipe(config)
     threads = config.model.threads()
