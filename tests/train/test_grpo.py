@@ -432,3 +432,27 @@ def test_old_log_probs_come_from_the_trainer_when_sampling_was_too_far_from_it(
     assert olds[-1] < 1e-5  # the trainer's own (lr 0: nothing moved)
     with pytest.raises(ValueError, match="max_logp_gap must be >= 0"):
         config(max_logp_gap=-1.0).validate()
+
+
+class FlatEnv(LetterEnv):
+    """Every reply scores 0.5: no group carries any signal."""
+
+    def step(self, action: str) -> StepResult:
+        return StepResult("Done.", 0.5, True, False, {})
+
+
+def test_a_step_without_any_signal_skips_its_update_and_says_so(nano_model_dir, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(nano_model_dir)
+    settings = config(steps=2)
+    play = hf_player(nano_model_dir, FlatEnv, settings, max_length=256)
+    result = train_grpo(str(nano_model_dir), FlatEnv().tasks("train"), play, settings,
+                        output_dir=tmp_path, tokenizer=tokenizer, device=EXACT)  # fmt: skip
+    assert [r["update_skipped"] for r in result.history] == [1.0, 1.0]
+    assert [r["no_signal"] for r in result.history] == [1.0, 1.0]
+    assert "grpo step 1: every task's 8 episodes scored alike (no signal): update skipped" in (
+        capsys.readouterr().err
+    )
+    before = AutoModelForCausalLM.from_pretrained(nano_model_dir).state_dict()
+    assert all(torch.equal(v, before[k]) for k, v in cpu_state(result.model).items())

@@ -66,6 +66,7 @@ from coevo.train.loop import (
     CheckpointDir,
     TrainResult,
     clip,
+    console,
     finish,
     global_sum,
     make_accelerator,
@@ -260,9 +261,20 @@ def train_grpo(
 
             started = time.perf_counter()
             net.train()
-            stats = update(
-                net, ref_net, episodes, config, accelerator, optimizer, seed=seed, step=step
-            )
+            if global_sum(accelerator, float(advantages.abs().sum())) > 0:
+                stats = update(
+                    net, ref_net, episodes, config, accelerator, optimizer, seed=seed, step=step
+                )
+                stats["update_skipped"] = 0.0
+            else:
+                # Every group's rewards were equal: every advantage is 0, so the update would
+                # spend a whole forward and backward pass on a zero policy gradient.
+                stats = {"optimizer_steps": 0, "update_skipped": 1.0}
+                if accelerator.is_main_process:
+                    console.print(
+                        f"[yellow]grpo step {step}: every task's {config.samples} episodes "
+                        "scored alike (no signal): update skipped[/]"
+                    )
             update_s = time.perf_counter() - started
             lr = scheduler.get_last_lr()[0]  # the rate this step used
             scheduler.step()
