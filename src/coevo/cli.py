@@ -320,7 +320,9 @@ def interrupted() -> None:
     raise typer.Exit(130)
 
 
-@app.command("compare")
+@app.command(
+    "compare", short_help="Tables of runs: scores, paired differences, behaviour, outcome shares."
+)
 def compare_command(
     run_dirs: Annotated[
         list[Path], typer.Argument(help="Run directories to compare (others are skipped).")
@@ -358,7 +360,7 @@ def compare_command(
         out.with_suffix(".json").write_text(json.dumps(tables, indent=2))
 
 
-@app.command("report")
+@app.command("report", short_help="One HTML page of figures and example episodes for runs.")
 def report_command(
     run_dirs: Annotated[
         list[Path], typer.Argument(help="Run directories to report on (others are skipped).")
@@ -390,7 +392,10 @@ def report_command(
     console.print(f"report written to {escape(str(page))}", soft_wrap=True)
 
 
-@app.command("archive")
+@app.command(
+    "archive",
+    short_help="Keep a run's results (config, manifests, logs, rewards) without its weights.",
+)
 def archive_command(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (or an archive of one).")],
     dest: Annotated[Path, typer.Argument(help="Where the archive goes (replaced when whole).")],
@@ -417,7 +422,9 @@ def _print_tables(run_dirs: list[Path]) -> None:
     print(to_markdown(compare(run_dirs)))
 
 
-@app.command()
+@app.command(
+    short_help="The quick start: three methods on a small env with SmolLM2-135M, then tables."
+)
 def demo(
     out: Annotated[Path, typer.Option("--out", help="Where the demo runs go.")] = Path("runs/demo"),
     overrides: Annotated[
