@@ -122,6 +122,12 @@ def test_a_damaged_store_stops_the_run_with_one_sentence_and_is_kept(tmp_path):
         ("env.train_tasks=0", "env.train_tasks must be >= 1, got 0"),
         ("env.eval_tasks=0", "env.eval_tasks must be >= 1, got 0"),
         ("explore.batch_size=0", "explore.batch_size must be >= 1, got 0"),
+        (
+            "dpo.checkpoints.stop_after_steps=3",
+            "dpo.checkpoints.stop_after_steps must stay null in a run: a stage stopped early "
+            "writes no model for the next stage (stop the run with Ctrl-C instead: rerunning "
+            "it resumes from the last checkpoint)",
+        ),
     ],
 )
 def test_every_sampling_value_and_count_is_checked_before_anything_runs(tmp_path, override, needle):

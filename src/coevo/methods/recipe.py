@@ -436,6 +436,12 @@ class RunConfig:
                     f"{name}.checkpoints.save_final_model must stay true in a run: each stage "
                     "hands its model on through RUN_DIR/stages/<stage>/model."
                 )
+            if section.checkpoints.stop_after_steps is not None:
+                raise ConfigError(
+                    f"{name}.checkpoints.stop_after_steps must stay null in a run: a stage "
+                    "stopped early writes no model for the next stage (stop the run with "
+                    "Ctrl-C instead: rerunning it resumes from the last checkpoint)."
+                )
         try:
             self.grpo.validate()
         except ValueError as exc:
