@@ -48,7 +48,7 @@ def test_an_archive_tabulates_like_its_run_without_the_store_or_weights(tmp_path
     # The same tables, paired differences included, from the archives as from the runs.
     from_runs, from_archives = compare(list(runs)), compare(kept)
     assert from_archives["paired"]["rows"] == from_runs["paired"]["rows"]
-    assert from_archives["paired"]["rows"]["eto"]["shop test_seen"]["mean"] == 0.25
+    assert from_archives["paired"]["rows"]["eto - sft"]["shop test_seen"]["mean"] == 0.25
     assert to_markdown(from_archives) == to_markdown(from_runs)
     # The report reads an archive too: its training curve, and a note for the episodes.
     page = write_report(kept, tmp_path / "report").read_text()

@@ -42,18 +42,62 @@ def test_differences_are_paired_by_task_and_averaged_over_seeds(tmp_path):
         store_eval(eto, "eval-2-test_seen", ours)
         runs += [sft, eto]
     table = paired([read_run(r) for r in runs])
-    d = table["rows"]["eto"]["shop test_seen"]
+    d = table["rows"]["eto - sft"]["shop test_seen"]
     # Seed 0: (1 + 0 + 0 + 0) / 4 over its 4 paired tasks; seed 1: 1 / 6. Mean of the two,
     # not the pooled 2 / 10.
     assert d["mean"] == pytest.approx((0.25 + 1 / 6) / 2)
     assert d["seeds"] == 2 and d["tasks"] == 10
     assert d["low"] <= d["mean"] <= d["high"]
     assert d["low"] >= 0  # no task went the other way
+    # Over the 10 (seed, task) pairs: t0 of seed 0 and t3 of seed 1 up, none down. The two
+    # equal non-zero differences give 4 sign patterns, 2 as extreme: p = 0.5. Two seeds: no
+    # seed-level interval.
+    assert (d["up"], d["down"], d["same"]) == (2, 0, 8)
+    assert (d["p"], d["exact"]) == (0.5, True)
+    assert d["seed_low"] is None and d["verdict"] == "not shown"
     # test_unseen's eval stored nothing: left out with a note naming the run.
     assert "shop test_unseen" not in table["columns"]
     assert any("eto-s0 test_unseen" in note for note in table["notes"])
     md = to_markdown(compare(runs))
-    assert "| eto | +20.8 [" in md and "### Reward minus sft's" in md
+    assert "| eto - sft | shop test_seen | +20.8 | 2 / 0 / 8 | 0.500 | none (2 seeds) |" in md
+    assert "### Reward: each method minus sft's" in md and "sign-flip permutation" in md
+
+
+def test_three_seeds_with_direct_contrasts(tmp_path):
+    # Five tasks per seed. SFT 0 everywhere; ETO +0.5 on t0 of every seed; failure-agent up on
+    # 4, 3 and 5 tasks of seeds 0, 1, 2.
+    ours = {0: [1, 1, 1, 1, 0], 1: [1, 1, 1, 0, 0], 2: [1, 1, 1, 1, 1]}
+    runs = []
+    for seed in range(3):
+        for method, rewards in (
+            ("sft", [0] * 5),
+            ("eto", [0.5, 0, 0, 0, 0]),
+            ("failure_agent", ours[seed]),
+        ):
+            run = fake_run(tmp_path, f"{method}-s{seed}", method, seed, 0.5, 0.5)
+            store_eval(run, "eval-2-test_seen", rewards)
+            runs.append(run)
+    rows = paired([read_run(r) for r in runs])["rows"]
+    assert list(rows) == ["eto - sft", "failure_agent - sft", "failure_agent - eto"]
+    # ETO: 3 tasks up by 0.5, none down: p = 2/8. Its seeds agree exactly (each +0.1, a
+    # zero-width interval above 0), yet three tasks are too few to call it a gain.
+    eto = rows["eto - sft"]["shop test_seen"]
+    assert (eto["up"], eto["down"], eto["same"], eto["p"]) == (3, 0, 12, 0.25)
+    assert eto["seed_low"] == pytest.approx(0.1) and eto["verdict"] == "not shown"
+    # Failure-agent minus SFT: 12 up, none down, p = 2 / 2^12. Seed means 0.8, 0.6, 1.0:
+    # mean 0.8, sd 0.2, t interval 0.8 +- 4.3027 * 0.2 / sqrt(3) = [0.3032, 1.2968]. A gain.
+    fa = rows["failure_agent - sft"]["shop test_seen"]
+    assert (fa["up"], fa["down"], fa["same"], fa["p"]) == (12, 0, 3, 2 / 4096)
+    assert (fa["seed_low"], fa["seed_high"]) == pytest.approx((0.30317, 1.29683), abs=1e-5)
+    assert fa["verdict"] == "gain"
+    # Failure-agent minus ETO on the same tasks: seed 0 [+0.5, 1, 1, 1, 0], seed 1
+    # [+0.5, 1, 1, 0, 0], seed 2 [+0.5, 1, 1, 1, 1]: 12 up; seed means 0.7, 0.5, 0.9.
+    direct = rows["failure_agent - eto"]["shop test_seen"]
+    assert (direct["up"], direct["down"], direct["same"]) == (12, 0, 3)
+    assert direct["mean"] == pytest.approx(0.7) and direct["verdict"] == "gain"
+    md = to_markdown(compare(runs))
+    assert "| failure_agent - eto | shop test_seen | +70.0 | 12 / 0 / 3 | < 0.001 |" in md
+    assert "| [+30.3, +129.7] | gain |" in md
 
 
 def test_a_method_without_its_seeds_baseline_is_left_out(tmp_path):
@@ -86,6 +130,7 @@ def test_compare_command_pairs_with_the_baseline_it_is_given(tmp_path):
     runner = CliRunner()
     shown = runner.invoke(app, ["compare", str(sft), str(eto)])
     assert shown.exit_code == 0, shown.output
-    assert "| eto | +50.0 [+0.0, +100.0], 1 |" in shown.stdout
+    row = "| eto - sft | shop test_seen | +50.0 | 1 / 0 / 1 | 1.000 | none (1 seed) | not shown "
+    assert row + "| [+0.0, +100.0] | 1 |" in shown.stdout
     plain = runner.invoke(app, ["compare", str(sft), str(eto), "--baseline", ""])
     assert plain.exit_code == 0 and "minus" not in plain.stdout

@@ -206,4 +206,5 @@ def test_the_page_pairs_each_method_with_sft_task_by_task(demo_like_runs, tmp_pa
         after = {t.task.id: t.reward for t in b.trajectories(stage="eval-1-test_seen")}
     diff = statistics.fmean(after[task] - start[task] for task in start) * 100
     assert 'id="reward-paired"' in page
-    assert f"<td>{diff:+.1f} [" in page.split('id="reward-paired"')[1]
+    table = page.split('id="reward-paired"')[1].split("</table>")[0]
+    assert f"<td>{diff:+.1f}</td>" in table and "sign-flip" in page

@@ -4,8 +4,10 @@ Reads run directories written by `coevo run` (`coevo.analysis.runs`): each eval 
 `EvalRecord` (episode stats per split) and each exploration's `ExploreRecord` (outcome shares
 per agent). A method's score in a run is its last finished eval; cells are mean +- std over
 seeds, with the number of episodes behind them; with a baseline method (SFT), each method's
-difference from it on the same tasks and seeds, with bootstrap intervals (`paired`). Paths that
-are not runs are skipped with a note.
+difference from it on the same tasks and seeds, and the direct contrasts (failure-agent minus
+ETO, each ablation minus failure-agent), each with tasks up / down / same, an exact sign-flip
+test over tasks, a t interval over seeds and a verdict (`paired`). Paths that are not runs are
+skipped with a note.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ def compare(
 ) -> dict[str, Any]:
     """Tables as data: {"columns", "rows": {method: {column: [values]}}, "episodes": {method:
     {column: n}}, "outcomes", "outcomes_per_iteration", "iterations", "behaviour", "rounds"
-    (agent_data's, per method), "paired" (differences from `baseline`'s runs, `paired.paired`;
-    None without a baseline), "runs", "skipped": [notes]}."""
+    (agent_data's, per method), "paired" (comparisons with `baseline`'s runs and the direct
+    contrasts, `paired.paired`; None without a baseline), "runs", "skipped": [notes]}."""
     if metric not in METRICS:
         raise ValueError(f"--metric must be one of {', '.join(METRICS)}, not {metric!r}.")
     runs, skipped = read_runs(list(run_dirs))

@@ -1,12 +1,17 @@
-"""Paired differences from a baseline method, with bootstrap intervals.
+"""Paired comparisons of methods on the same tasks and seeds: counts, exact test, intervals.
 
 A table's mean ± std over seeds says how far seeds scatter, not whether a method beat SFT.
 Every method of an (env, seed) is evaluated greedily on the same held-out tasks, so each task
-gives a paired difference: the method's final reward on it minus the baseline run's (same env,
-same seed). A column's difference is the mean over seeds of each seed's mean difference over
-the tasks both runs evaluated (as the tables average seeds); its 95% interval is a percentile
-bootstrap that resamples each seed's tasks with replacement. An interval that holds 0 says the
-evaluation cannot tell the two apart at its size.
+gives a paired difference: the method's final reward on it minus the reference run's (same env,
+same seed). Each method is compared with the baseline (SFT), and the paper's claims add direct
+contrasts (`CONTRASTS`): failure-agent minus ETO, each ablation minus failure-agent.
+
+Per comparison and column (env split), the tables lead with the tests of `coevo.analysis.stats`:
+tasks up / down / unchanged (a task of each seed counts once), the exact sign-flip p over those
+tasks, the 95% t interval over the per-seed mean differences (3+ seeds), and the verdict both
+levels allow. The difference is the mean over seeds of each seed's mean difference (as the
+tables average seeds); the percentile bootstrap interval over tasks is kept beside it, though it
+is lenient when few tasks change.
 """
 
 from __future__ import annotations
@@ -18,11 +23,19 @@ from typing import Any
 
 import torch
 
+from coevo.analysis import stats
 from coevo.analysis.archive import task_rewards
 from coevo.analysis.runs import RunSummary
 from coevo.trajectory import is_success
 
 RESAMPLES = 10_000
+# (method, reference) pairs compared directly besides each method minus the baseline: the
+# paper's failure-agent > ETO, and each second-agent ablation against the method it ablates.
+CONTRASTS = (
+    ("failure_agent", "eto"),
+    ("positive_agent", "failure_agent"),
+    ("frozen_failure", "failure_agent"),
+)
 
 
 @dataclass(frozen=True)
@@ -66,16 +79,50 @@ def bootstrap(diffs: list[torch.Tensor], resamples: int = RESAMPLES, seed: int =
     return Difference(float(means), low, high, len(diffs), sum(len(d) for d in diffs))
 
 
+def tested(diffs: list[torch.Tensor], resamples: int = RESAMPLES, seed: int = 0) -> dict[str, Any]:
+    """One comparison on one column (`diffs`: one 1-D tensor of paired differences per seed):
+    the bootstrap's mean and interval, then up / down / same over every task of every seed,
+    the sign-flip p over them, the seed-level interval (None under 3 seeds) and the verdict."""
+    pooled = torch.cat(diffs)  # (tasks summed over seeds,): a task of seed s is the pair (s, task)
+    up, down, same = stats.counts(pooled)
+    test = stats.sign_flip_test(pooled)
+    interval = stats.seed_interval([float(d.mean()) for d in diffs])
+    return {
+        **bootstrap(diffs, resamples, seed).to_dict(),
+        "up": up,
+        "down": down,
+        "same": same,
+        "p": test.p,
+        "exact": test.exact,
+        "seed_low": None if interval is None else interval[0],
+        "seed_high": None if interval is None else interval[1],
+        "verdict": stats.verdict(float(pooled.sum()), test.p, interval),
+    }
+
+
+def contrasts(methods: list[str], baseline: str) -> list[tuple[str, str]]:
+    """(method, reference) pairs to compare among `methods` (in their order): each other method
+    minus `baseline`, then the CONTRASTS whose two methods are both there."""
+    pairs = [(m, baseline) for m in methods if m != baseline and baseline in methods]
+    return pairs + [(m, r) for m, r in CONTRASTS if m in methods and r in methods]
+
+
+def label(method: str, reference: str) -> str:
+    return f"{method} - {reference}"
+
+
 def paired(
     runs: list[RunSummary],
     baseline: str = "sft",
     metric: str = "reward",
     resamples: int = RESAMPLES,
 ) -> dict[str, Any]:
-    """{"baseline", "columns", "rows": {method: {column: Difference.to_dict()}}, "notes"} over
-    the runs whose baseline run (same env and seed) is among `runs`."""
-    bases = {(r.env, r.seed): r for r in runs if r.method == baseline and r.final_eval}
-    # method -> column -> one tensor of paired differences per seed
+    """{"baseline", "metric", "columns", "rows": {"method - reference": {column: tested()}},
+    "notes"} for each of `contrasts` whose reference run (same env and seed) is among `runs`."""
+    finished = [r for r in runs if r.final_eval]
+    by_key = {(r.method, r.env, r.seed): r for r in finished}
+    methods = list(dict.fromkeys(r.method for r in finished))
+    # "method - reference" -> column -> one tensor of paired differences per seed
     diffs: dict[str, dict[str, list[torch.Tensor]]] = defaultdict(lambda: defaultdict(list))
     columns: list[str] = []
     notes: list[str] = []
@@ -87,30 +134,33 @@ def paired(
             cache[key] = task_scores(run, split, metric)
         return cache[key]
 
-    for run in runs:
-        base = bases.get((run.env, run.seed))
-        if run.method == baseline or not run.final_eval or base is None:
-            continue
-        for split in sorted(run.final_eval):
-            ours, theirs = scores(run, split), scores(base, split)
-            tasks = sorted(ours.keys() & theirs.keys())
-            if not tasks:
-                notes.append(
-                    f"{Path(run.path).name} {split}: no tasks evaluated by both it and "
-                    f"{Path(base.path).name} in their stores; left out"
-                )
+    for method, reference in contrasts(methods, baseline):
+        for run in (r for r in finished if r.method == method):
+            base = by_key.get((reference, run.env, run.seed))
+            if base is None:
                 continue
-            column = f"{run.env} {split}"
-            if column not in columns:
-                columns.append(column)
-            values = [ours[t] - theirs[t] for t in tasks]
-            diffs[run.method][column].append(torch.tensor(values, dtype=torch.float64))
+            for split in sorted(run.final_eval):
+                ours, theirs = scores(run, split), scores(base, split)
+                tasks = sorted(ours.keys() & theirs.keys())
+                if not tasks:
+                    notes.append(
+                        f"{Path(run.path).name} {split}: no tasks evaluated by both it and "
+                        f"{Path(base.path).name} in their stores; left out"
+                    )
+                    continue
+                column = f"{run.env} {split}"
+                if column not in columns:
+                    columns.append(column)
+                values = [ours[t] - theirs[t] for t in tasks]
+                diffs[label(method, reference)][column].append(
+                    torch.tensor(values, dtype=torch.float64)
+                )
     rows = {
-        method: {
-            column: bootstrap(seeds, resamples, seed=i).to_dict()
+        name: {
+            column: tested(seeds, resamples, seed=i)
             for i, (column, seeds) in enumerate(cols.items())
         }
-        for method, cols in diffs.items()
+        for name, cols in diffs.items()
     }
     return {
         "baseline": baseline,
@@ -121,32 +171,94 @@ def paired(
     }
 
 
+# -- as tables ----------------------------------------------------------------------------
+
+HEAD = [
+    "comparison",
+    "split",
+    "difference",
+    "tasks up / down / same",
+    "p (sign-flip)",
+    "seed-level 95% t",
+    "verdict",
+    "bootstrap 95% (tasks)",
+    "seeds",
+]
+
+
+def paired_rows(table: dict[str, Any]) -> list[list[str]]:
+    """The table's cells, one row per comparison and column, in HEAD's order."""
+    return [
+        [name, column, *comparison_cells(cells[column])]
+        for name, cells in table["rows"].items()
+        for column in table["columns"]
+        if column in cells
+    ]
+
+
+def comparison_cells(d: dict[str, Any]) -> list[str]:
+    """One comparison's cells after its name and column (x100): `+2.5`, `12 / 4 / 34`,
+    `0.031`, `[+1.0, +4.0]`, `gain`, `[-1.0, +6.0]`, `3`."""
+    return [
+        f"{d['mean'] * 100:+.1f}",
+        f"{d['up']} / {d['down']} / {d['same']}",
+        p_cell(d["p"], d["exact"]),
+        interval_cell(d["seed_low"], d["seed_high"], d["seeds"]),
+        d["verdict"],
+        interval_cell(d["low"], d["high"]),
+        str(d["seeds"]),
+    ]
+
+
+def p_cell(p: float, exact: bool) -> str:
+    """`0.125`, `< 0.001`, with ` (MC)` after a Monte Carlo estimate."""
+    shown = "< 0.001" if p < 0.001 else f"{p:.3f}"
+    return shown if exact else f"{shown} (MC)"
+
+
+def interval_cell(low: float | None, high: float | None, seeds: int = 0) -> str:
+    """`[-1.0, +6.0]` (x100), or `none (2 seeds)` where there is no interval."""
+    if low is None or high is None:
+        return f"none ({seeds} seed{'s' * (seeds != 1)})"
+    return f"[{low * 100:+.1f}, {high * 100:+.1f}]"
+
+
+def paired_title(table: dict[str, Any]) -> str:
+    return (
+        f"{table['metric'].capitalize()}: each method minus {table['baseline']}'s, and direct "
+        "contrasts, on the same tasks and seeds (x100)"
+    )
+
+
+def paired_note(table: dict[str, Any]) -> str:
+    """Which tests the table used, and what its verdicts mean."""
+    return (
+        "Difference: mean over seeds of each seed's mean paired difference. Tasks up / down / "
+        "same: paired differences, a task of each seed counted once. p: two-sided sign-flip "
+        "permutation test of their sum (exact over every sign pattern when at most "
+        f"{stats.EXACT_UP_TO} differ from 0; else a Monte Carlo estimate over "
+        f"{stats.DRAWS:,} patterns, marked MC). Seed-level: 95% t interval over the per-seed "
+        f"mean differences (df = seeds - 1; none under {stats.MIN_SEEDS} seeds). Verdict: "
+        f"{stats.GAIN} / {stats.LOSS} only when p < {stats.ALPHA} and the seed-level interval "
+        f"excludes 0 on the same side; '{stats.TASKS_UP}' / '{stats.TASKS_DOWN}' when p < "
+        f"{stats.ALPHA} with too few seeds for the seed-level check; else {stats.NOT_SHOWN}. "
+        "Bootstrap: 95% percentile interval resampling each seed's tasks (lenient when few "
+        "tasks change)."
+    )
+
+
 def paired_markdown(table: dict[str, Any]) -> str:
-    """The differences as a Markdown table (x100), or "" when there are none."""
-    columns, rows = table["columns"], table["rows"]
+    """The comparisons as a Markdown table with its note, or "" when there are none."""
+    rows = paired_rows(table)
     if not rows:
         return ""
     lines = [
         f"### {paired_title(table)}",
         "",
-        "| method | " + " | ".join(columns) + " |",
-        "| --- |" + " --- |" * len(columns),
+        "| " + " | ".join(HEAD) + " |",
+        "|" + " --- |" * len(HEAD),
+        *("| " + " | ".join(row) + " |" for row in rows),
+        "",
+        paired_note(table),
     ]
-    for method, cells in rows.items():
-        shown = [difference_cell(cells.get(column)) for column in columns]
-        lines.append(f"| {method} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
-
-
-def paired_title(table: dict[str, Any]) -> str:
-    return (
-        f"{table['metric'].capitalize()} minus {table['baseline']}'s on the same tasks and "
-        "seed (x100; mean over seeds [95% bootstrap interval over tasks], seeds)"
-    )
-
-
-def difference_cell(d: dict[str, Any] | None) -> str:
-    """`+2.5 [-1.0, +6.0], 3` (x100), or `-` for no difference measured."""
-    if d is None:
-        return "-"
-    return f"{d['mean'] * 100:+.1f} [{d['low'] * 100:+.1f}, {d['high'] * 100:+.1f}], {d['seeds']}"

@@ -23,7 +23,7 @@ from coevo.analysis import figures
 from coevo.analysis.compare import BEHAVIOUR, cell, compare, held_out_average
 from coevo.analysis.examples import Example, pick_examples
 from coevo.analysis.outcomes import OUTCOMES
-from coevo.analysis.paired import difference_cell, paired_title
+from coevo.analysis.paired import HEAD, paired_note, paired_rows, paired_title
 from coevo.analysis.runs import RunSummary, read_runs, training_logs
 
 BEHAVIOUR_LABELS = {
@@ -206,14 +206,11 @@ def _final(tables: dict[str, dict[str, Any]]) -> str:
             + _table(["method", *columns, "average (test splits)"], rows, id_=f"{metric}-final")
         )
         paired = tab.get("paired")
-        if paired and paired["rows"]:
-            diffs = [
-                [method, *(difference_cell(cells.get(c)) for c in paired["columns"])]
-                for method, cells in paired["rows"].items()
-            ]
+        if paired and paired_rows(paired):
             body.append(
                 f"<p>{_e(paired_title(paired))}</p>"
-                + _table(["method", *paired["columns"]], diffs, id_=f"{metric}-paired")
+                + _table(HEAD, paired_rows(paired), id_=f"{metric}-paired")
+                + f'<p class="note">{_e(paired_note(paired))}</p>'
             )
     return _section("After the last iteration (the paper's Table 3)", "".join(body))
 

@@ -1,0 +1,138 @@
+"""Tests that decide whether one method beat another on paired tasks: counts, an exact
+sign-flip test over tasks, a t interval over seeds, and the verdict both levels allow.
+
+Each paired difference is one task of one seed: a method's reward on it minus the reference
+run's (same env, same seed). Two levels of evidence are asked for, as a reviewer would:
+- Tasks: a two-sided sign-flip permutation test of the sum of the differences. Under "no
+  difference" each non-zero difference is as likely to have had the other sign, so the p-value
+  is the share of the 2^n sign patterns whose sum is at least as far from 0 as the observed one.
+  Exact (every pattern) for n <= `EXACT_UP_TO`, else a Monte Carlo estimate with a fixed seed.
+  Unlike a percentile bootstrap it does not call four tasks up and none down a gain: their
+  p is 2/16 = 0.125.
+- Seeds: a 95% t interval over the per-seed mean differences (3+ seeds), as seed-to-seed
+  spread can be larger than the task-to-task one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+EXACT_UP_TO = 20
+"""Largest number of non-zero differences whose 2^n sign patterns are all enumerated (2^20
+sums of float64: 8 MiB)."""
+DRAWS = 100_000
+"""Sign patterns drawn when there are more non-zero differences than EXACT_UP_TO."""
+MIN_SEEDS = 3
+"""Fewest seeds that give a seed-level interval (df = seeds - 1 >= 2)."""
+ALPHA = 0.05
+TIE = 1e-9
+"""Rewards lie in [0, 1]: differences (and sums) closer than this are equal, not float noise."""
+# Student's t 0.975 quantiles for df 1..30 (95% two-sided), from scipy.stats.t.ppf(0.975, df).
+T_975 = (
+    12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+    2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+    2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423,
+)  # fmt: skip
+Z_975 = 1.959963984540054
+
+GAIN, LOSS, NOT_SHOWN = "gain", "loss", "not shown"
+TASKS_UP, TASKS_DOWN = "up at task level only", "down at task level only"
+
+
+@dataclass(frozen=True)
+class SignFlip:
+    """The task-level test of one comparison."""
+
+    p: float
+    """Two-sided p-value; 1.0 when no difference is non-zero."""
+    exact: bool
+    """Every sign pattern counted (else a Monte Carlo estimate over DRAWS patterns)."""
+    nonzero: int
+
+
+def counts(diffs: torch.Tensor) -> tuple[int, int, int]:
+    """(up, down, same): how many paired differences (1-D, one per task of a seed) are above,
+    below and at 0."""
+    up = int((diffs > TIE).sum())
+    down = int((diffs < -TIE).sum())
+    return up, down, len(diffs) - up - down
+
+
+def signed_sums(diffs: torch.Tensor) -> torch.Tensor:
+    """Every sum of +-d_i over the 2^n sign patterns of `diffs` (n,): (2^n,)."""
+    sums = torch.zeros(1, dtype=torch.float64)
+    for d in diffs.tolist():
+        sums = torch.cat([sums + d, sums - d])  # each earlier pattern, with d then with -d
+    return sums
+
+
+def sign_flip_test(
+    diffs: torch.Tensor, exact_up_to: int = EXACT_UP_TO, draws: int = DRAWS, seed: int = 0
+) -> SignFlip:
+    """Two-sided sign-flip permutation test of sum(diffs) (1-D) against 0: exact when at most
+    `exact_up_to` differences are non-zero (zeros flip to themselves and drop out), else
+    (1 + hits) / (1 + draws) over `draws` random patterns, which is never 0."""
+    nonzero = diffs[diffs.abs() > TIE].to(torch.float64)
+    n = len(nonzero)
+    if n == 0:
+        return SignFlip(1.0, True, 0)
+    observed = abs(float(nonzero.sum())) - TIE  # a pattern as extreme as the data counts
+    if n <= exact_up_to:
+        sums = signed_sums(nonzero)
+        return SignFlip(float((sums.abs() >= observed).double().mean()), True, n)
+    generator = torch.Generator().manual_seed(seed)
+    hits, left = 0, draws
+    while left:
+        chunk = min(left, max(1, 1_000_000 // n))  # (chunk, n) signs stay near 8 MiB
+        signs = torch.randint(0, 2, (chunk, n), generator=generator, dtype=torch.float64) * 2 - 1
+        hits += int(((signs @ nonzero).abs() >= observed).sum())
+        left -= chunk
+    return SignFlip((1 + hits) / (1 + draws), False, n)
+
+
+def t_quantile_975(df: int) -> float:
+    """Student's t 0.975 quantile: the table up to df 30, then the Cornish-Fisher expansion
+    about the normal one (within 2e-6 there)."""
+    if df < 1:
+        raise ValueError(f"a t quantile needs df >= 1, not {df}.")
+    if df <= len(T_975):
+        return T_975[df - 1]
+    z = Z_975
+    return (
+        z
+        + (z**3 + z) / (4 * df)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
+    )
+
+
+def seed_interval(seed_means: list[float]) -> tuple[float, float] | None:
+    """95% t interval (df = seeds - 1) of the mean of the per-seed mean differences; None with
+    fewer than MIN_SEEDS seeds."""
+    k = len(seed_means)
+    if k < MIN_SEEDS:
+        return None
+    mean = sum(seed_means) / k
+    sd = math.sqrt(sum((m - mean) ** 2 for m in seed_means) / (k - 1))
+    half = t_quantile_975(k - 1) * sd / math.sqrt(k)
+    return mean - half, mean + half
+
+
+def verdict(total: float, p: float, interval: tuple[float, float] | None) -> str:
+    """What a comparison may be called: a gain (loss) only when the task-level test rejects at
+    ALPHA with the differences summing above (below) 0 and the seed-level interval lies wholly
+    on that side; with no seed-level interval (too few seeds), at most "at task level only"."""
+    if p >= ALPHA or abs(total) <= TIE:
+        return NOT_SHOWN
+    up = total > 0
+    if interval is None:
+        return TASKS_UP if up else TASKS_DOWN
+    low, high = interval
+    if up and low > 0:
+        return GAIN
+    if not up and high < 0:
+        return LOSS
+    return NOT_SHOWN
