@@ -337,7 +337,7 @@ def compare_command(
         str,
         typer.Option(
             help="Method whose runs the others are paired with, task by task and seed by seed "
-            "(differences with bootstrap intervals); '' for none."
+            "(tasks up/down, an exact sign-flip test, a seed-level interval); '' for none."
         ),
     ] = "sft",
 ) -> None:
