@@ -463,3 +463,19 @@ def test_the_old_caches_are_freed_before_the_next_step_runs(nano_model_dir):
     hook.remove()
     assert alive_at_forward and alive_at_forward[0] == [False, False]
     assert set(policy._sessions) == {"a", "b"}  # kept again, over the new cache
+
+
+class MiscountingPolicy(ScriptedPolicy):
+    """Gives its replies' token ids with one log-prob too few."""
+
+    def generate(self, prompts, sampling, *, seeds=None):
+        return [
+            Completion(c.text, c.finish_reason, token_ids=(1, 2, 3), logprobs=(-0.1, -0.2))
+            for c in super().generate(prompts, sampling, seeds=seeds)
+        ]
+
+
+def test_sampled_ids_without_one_log_prob_each_are_refused_not_dropped(tokenizer):
+    tasks = ToyEnv().tasks("train")[:2]
+    with pytest.raises(ValueError, match="returned 3 token ids but 2 log-probs"):
+        rollout(MiscountingPolicy(tokenizer), ToyEnv, tasks, batch_size=2, progress=False)

@@ -228,8 +228,14 @@ def _agent_turn(completion: Completion) -> Turn:
     them: the conversation then continues from exactly those ids (see `coevo.render`)."""
     ids = completion.token_ids
     logprobs = completion.logprobs
-    if ids is None or (logprobs is not None and len(logprobs) != len(ids)):
+    if ids is None:
         return Turn("assistant", completion.text)
+    if logprobs is not None and len(logprobs) != len(ids):
+        # Dropping them would silently turn a sampled turn into text to re-tokenise.
+        raise ValueError(
+            f"The policy returned {len(ids)} token ids but {len(logprobs)} log-probs for one "
+            "reply; a policy must give one log-prob per sampled token."
+        )
     return Turn("assistant", completion.text, token_ids=ids, logprobs=logprobs)
 
 

@@ -242,10 +242,6 @@ class Store:
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
 
-    def add_tasks(self, tasks: Iterable[Task]) -> None:
-        with self._guard(), self._transaction() as db:
-            self._insert_tasks(db, tasks)
-
     @staticmethod
     def _insert_tasks(db: sqlite3.Connection, tasks: Iterable[Task]) -> None:
         db.executemany(
