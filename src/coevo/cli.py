@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -304,6 +305,7 @@ def run_command(
         from coevo.quiet import quiet_libraries
 
         quiet_libraries()
+        started = time.monotonic()
         execute(recipe, out)
     except (ConfigError, RunDirError, envs.EnvError, ModelError, ProcessesError) as exc:
         fail(str(exc))
@@ -311,6 +313,24 @@ def run_command(
         interrupted()
     if os.environ.get("RANK", "0") == "0":  # under accelerate launch: the main process alone
         _print_tables([out])
+        took = duration(time.monotonic() - started)
+        err_console.print(
+            f"{escape(str(out))}: done in {took}. Figures and example episodes: "
+            f"coevo report {escape(str(out))}",
+            highlight=False,
+        )
+
+
+def duration(seconds: float) -> str:
+    """`seconds` as a person says it: 42 s, 3 min 05 s, 2 h 07 min."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
 
 
 def interrupted() -> None:

@@ -336,3 +336,16 @@ def test_ctrl_c_says_how_to_go_on(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "run")])
     assert result.exit_code == 130
     assert result.output.strip() == "interrupted; rerun the same command to resume"
+
+
+def test_a_run_ends_with_its_time_and_the_report_command(failure_run, tmp_path):
+    from coevo.cli import duration
+
+    config = tmp_path / "r.yaml"
+    config.write_text(yaml.safe_dump({**FAST, "method": "failure_agent"}))
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(failure_run)])
+    assert result.exit_code == 0, result.output
+    assert "done before, skipped" in result.output  # every stage: a rerun of a finished run
+    assert f"{failure_run}: done in " in result.output
+    assert f"coevo report {failure_run}" in result.output
+    assert [duration(s) for s in (42.4, 185, 7620)] == ["42 s", "3 min 05 s", "2 h 07 min"]
