@@ -117,3 +117,11 @@ def test_the_packed_path_trains_like_sdpa():
     use_packed_attention(model)
     for a, b in zip(expected, grads(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_attention_backends_are_torch_s_own_choice_off_cuda():
+    from contextlib import nullcontext
+
+    from coevo.attention import sdpa_backends
+
+    assert isinstance(sdpa_backends(torch.device("cpu")), nullcontext)

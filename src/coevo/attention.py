@@ -22,11 +22,28 @@ continuations attend to it.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
 NAME = "coevo_sdpa"
+
+
+def sdpa_backends(device: torch.device) -> AbstractContextManager:
+    """The SDPA kernels attention may run on `device`, for a trainer's loop or a decode.
+
+    On CUDA: flash, memory-efficient or math, never cuDNN. cuDNN's attention plans anew for
+    every new key length, on the CPU, and a trainer's length-grouped batches and every decode
+    step bring new lengths, so the GPU waits on that planning (issue 37's profile of an H100).
+    Elsewhere torch's own choice."""
+    if device.type != "cuda":
+        return nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(
+        [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    )
 
 
 def packed_sdpa(

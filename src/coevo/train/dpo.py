@@ -28,6 +28,7 @@ from accelerate import Accelerator
 from accelerate.utils import gather_object, set_seed
 from torch.utils.data import DataLoader
 
+from coevo.attention import sdpa_backends
 from coevo.train.batches import (
     DpoExample,
     LengthBatches,
@@ -147,7 +148,7 @@ def train_dpo(
     net = AgentLogps(model)
     forked = config.shared_prefix and all(n.can_fork() for n in (net, ref_net) if n is not None)
     collate = collate_forked if forked else collate_dpo
-    optimizer = make_optimizer(net, config.optim)
+    optimizer = make_optimizer(net, config.optim, fused=accelerator.device.type == "cuda")
     net, optimizer = accelerator.prepare(net, optimizer)
     if ref_net is not None:
         ref_net = ref_net.to(accelerator.device)
@@ -168,7 +169,7 @@ def train_dpo(
     step = out.start()
     last = out.last_step(total_steps)
     meter = Meter()
-    with progress_bar(accelerator, config.progress) as bar:
+    with progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
         task = bar.add_task("dpo", total=total_steps, completed=step, info="")
         while step < last:
             epoch = step // steps_per_epoch
@@ -312,7 +313,7 @@ def reference_logps(
     order = LengthBatches([e.length for e in examples], config.batch_size, seed=0, shuffle=False)
     mine = order.batches(0)[accelerator.process_index :: accelerator.num_processes]
     found: list[tuple[int, float, float]] = []
-    with progress_bar(accelerator, config.progress) as bar:
+    with progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
         task = bar.add_task("reference log-probs", total=len(mine), info="")
         for idx in mine:
             batch = collate([examples[i] for i in idx])

@@ -52,6 +52,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
 
+from coevo.attention import sdpa_backends
 from coevo.train.episodes import (
     Episode,
     Player,
@@ -223,7 +224,7 @@ def train_grpo(
         ref_net = AgentLogps(frozen_copy(model))
     model = trainable(model, config.compute, config.lora)
     net = AgentLogps(model)
-    optimizer = make_optimizer(net, config.optim)
+    optimizer = make_optimizer(net, config.optim, fused=accelerator.device.type == "cuda")
     net, optimizer = accelerator.prepare(net, optimizer)
     if ref_net is not None:
         ref_net = ref_net.to(accelerator.device)
@@ -234,7 +235,7 @@ def train_grpo(
     step = out.start()
     last = out.last_step(config.steps)
     order = TaskOrder(len(tasks), config.tasks_per_step, seed)
-    with progress_bar(accelerator, config.progress) as bar:
+    with progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
         task = bar.add_task("grpo", total=config.steps, completed=step, info="")
         while step < last:
             step += 1

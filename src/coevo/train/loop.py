@@ -131,12 +131,15 @@ def flat_settings(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def make_optimizer(model: nn.Module, optim: Optim) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters only (with LoRA: the adapters)."""
+def make_optimizer(model: nn.Module, optim: Optim, *, fused: bool = False) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters only (with LoRA: the adapters). `fused` (for CUDA
+    parameters): one kernel for all of them instead of a few per parameter tensor."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("The model has no trainable parameters; check the LoRA settings.")
-    return torch.optim.AdamW(params, lr=optim.lr, weight_decay=optim.weight_decay)
+    return torch.optim.AdamW(
+        params, lr=optim.lr, weight_decay=optim.weight_decay, fused=fused or None
+    )
 
 
 def make_scheduler(

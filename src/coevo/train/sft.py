@@ -20,6 +20,7 @@ import torch
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
+from coevo.attention import sdpa_backends
 from coevo.train.batches import LengthBatches, TokenSeq, check_seq, collate_sft
 from coevo.train.loop import (
     CheckpointDir,
@@ -108,7 +109,7 @@ def train_sft(
 
     model = trainable(model, config.compute, config.lora)
     net = AgentLogps(model)
-    optimizer = make_optimizer(net, config.optim)
+    optimizer = make_optimizer(net, config.optim, fused=accelerator.device.type == "cuda")
     sampler = LengthBatches([len(e.input_ids) for e in examples], config.batch_size, seed=seed)
     loader = DataLoader(list(examples), batch_sampler=sampler, collate_fn=collate_sft)
     net, optimizer, loader = accelerator.prepare(net, optimizer, loader)
@@ -120,7 +121,7 @@ def train_sft(
     step = out.start()
     last = out.last_step(total_steps)
     meter = Meter()
-    with progress_bar(accelerator, config.progress) as bar:
+    with progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
         task = bar.add_task("sft", total=total_steps, completed=step, info="")
         while step < last:
             epoch = step // steps_per_epoch
