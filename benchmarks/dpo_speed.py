@@ -42,6 +42,17 @@ With --repeats N every run is repeated N times (interleaved) and the best of eac
 The last two lines are `speedup: N.NN` (ours / TRL tokens/s) and `memory ratio: N.NN`
 (ours / TRL peak growth). Nano runs are recorded under "## Runs" in the results file, a
 pretrained model's under "## Runs: NAME".
+
+    python benchmarks/dpo_speed.py --device cuda --model smollm2-135m --pairs 64
+
+`--device cuda` (default cpu) runs both sides on the GPU in bf16 mixed precision (fp32
+weights, bf16 autocast: ours `Compute(mixed_precision="bf16")` and `device="auto"`, TRL
+`bf16=True`). There the clock is the wall clock, waiting for the GPU at both ends of the
+training call (and of ours' final checkpoint); tokens/s and the speedup are per wall second.
+Memory is each side's peak GPU memory (`torch.cuda.max_memory_allocated`, reset just before
+the call), taken in the speed runs: no separate memory runs. The GPU's name is printed and
+recorded, in results/dpo_speed-cuda.md, in the same sections (CPU runs keep
+results/dpo_speed.md).
 """
 
 from __future__ import annotations
@@ -55,10 +66,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import describe
-from measure import measure, run_child
+from machine import DEVICES, check_device, describe, gpu_name, results_file
+from measure import clock, measure, run_child
 
-RESULTS = Path(__file__).parent / "results" / "dpo_speed.md"
 ITEM = re.compile(r"\[(B0[A-Z0-9]{8})\]")
 
 
@@ -127,6 +137,7 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
     from coevo.train import Checkpoints, Compute, DpoConfig, Optim, dpo_examples, train_dpo
     from coevo.train.loop import CheckpointDir
 
+    cpu = args.device == "cpu"
     tok, model, pairs = load_inputs(work)
     examples = dpo_examples(pairs, tok)
     out = work / f"ours-{os.getpid()}"
@@ -137,7 +148,10 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
         shared_prefix=shared_prefix,
         progress=False,
         optim=Optim(lr=args.lr, warmup_ratio=0.1, schedule="constant"),
-        compute=Compute(mixed_precision="no", gradient_checkpointing=args.checkpointing == "on"),
+        compute=Compute(
+            mixed_precision="no" if cpu else "bf16",
+            gradient_checkpointing=args.checkpointing == "on",
+        ),
         checkpoints=Checkpoints(save_every=10**9, save_final_model=False, resume=False),
     )
     # The loop always writes a resumable checkpoint at its last step (TRL here: none); it is
@@ -146,13 +160,18 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
     save = CheckpointDir.save
 
     def timed_save(self, step: int, epoch: int) -> None:
-        cpu, wall = time.process_time(), time.perf_counter()
-        save(self, step, epoch)
-        saving["save_cpu"] += time.process_time() - cpu
-        saving["save_wall"] += time.perf_counter() - wall
+        with clock(args.device) as took:
+            save(self, step, epoch)
+        saving["save_cpu"] += took["cpu"]
+        saving["save_wall"] += took["wall"]
 
     CheckpointDir.save = timed_save
-    got = measure(lambda: train_dpo(model, examples, config, output_dir=out))
+    device = "cpu" if cpu else "auto"  # auto: accelerate's choice, the GPU
+    if not cpu:
+        model.to("cuda")  # before the clock, as TRL's trainer does in its constructor
+    got = measure(
+        lambda: train_dpo(model, examples, config, output_dir=out, device=device), args.device
+    )
     shutil.rmtree(out, ignore_errors=True)
     return {**got, **saving}
 
@@ -174,8 +193,8 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
         precompute_ref_log_probs=True,
         gradient_checkpointing=args.checkpointing == "on",
         max_length=None,  # no truncation, as ours
-        use_cpu=True,
-        bf16=False,
+        use_cpu=args.device == "cpu",
+        bf16=args.device == "cuda",
         report_to=[],
         save_strategy="no",
         logging_steps=10**9,
@@ -184,7 +203,7 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
         seed=0,
     )
     trainer = DPOTrainer(model=model, args=config, train_dataset=dataset, processing_class=tok)
-    return measure(trainer.train)  # reference log-probs are computed inside, as ours
+    return measure(trainer.train, args.device)  # reference log-probs inside, as ours
 
 
 def child(
@@ -193,10 +212,10 @@ def child(
     extra = ["--work", str(work), "--checkpointing", checkpointing]
     extra += ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size)]
     extra += ["--lr", str(args.lr)]
-    return run_child(__file__, which, extra, args.threads, memory)
+    return run_child(__file__, which, extra, args.threads, memory, args.device)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--model",
@@ -220,10 +239,20 @@ def main() -> None:
         action="store_true",
         help="also run ours with shared prefixes off (every side in full, as TRL)",
     )
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cpu",
+        help="cpu (fp32, CPU seconds) or cuda (bf16 mixed precision, wall seconds, peak GPU memory)",
+    )
     parser.add_argument("--no-record", action="store_true", help="do not write the results file")
     parser.add_argument("--child", choices=["ours", "ours-rows", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     if args.child:
         import torch
 
@@ -234,10 +263,12 @@ def main() -> None:
             print(json.dumps(run_ours(args.work, args, shared_prefix=args.child == "ours")))
         return
 
+    check_device(args.device)
     from rich.console import Console
 
     from coevo.policy.models import ModelError, packaged
 
+    cpu = args.device == "cpu"
     pretrained = args.model != "nano"
     if pretrained:
         try:
@@ -251,6 +282,8 @@ def main() -> None:
     console = Console(stderr=True)
     # "on" last: the closing speedup / memory ratio lines are for TRL's default setting.
     modes = ["off", "on"] if args.checkpointing == "both" else [args.checkpointing]
+    # On cuda the speed runs also give the peak GPU memory: no separate memory runs.
+    kinds = ("speed", "memory") if cpu else ("speed",)
     with tempfile.TemporaryDirectory(prefix="dpo_speed_") as tmp:
         work = Path(tmp)
         with console.status(f"preparing the {args.model} model and the shop pairs"):
@@ -280,7 +313,7 @@ def main() -> None:
         results: dict[tuple[str, str, str], list[dict]] = {}
         for i in range(args.repeats):
             for mode in modes:
-                for kind in ("speed", "memory"):
+                for kind in kinds:
                     for which in trainers:
                         label = f"{which}, checkpointing {mode}, {kind} run {i + 1}"
                         with console.status(f"training: {label}"):
@@ -295,11 +328,15 @@ def main() -> None:
         f"{tokens / args.epochs / len(rendered):.0f} tokens, {args.threads} torch thread(s) per "
         f"run, best of {args.repeats}"
     )
+    if not cpu:
+        setup += f"; bf16 mixed precision (fp32 weights) on {gpu_name()}"
+    memory_column = "peak RSS growth MB" if cpu else "peak GPU memory MB"
     rows = [
         "| trainer | gradient checkpointing | CPU s | wall s | tokens/s (CPU) | "
-        "tokens/s (wall) | peak RSS growth MB |",
+        f"tokens/s (wall) | {memory_column} |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
+    clock_kind = "cpu" if cpu else "wall"  # what the speedup divides by
     ratios, notes = {}, []
     labels = {
         "ours": "coevo train_dpo",
@@ -311,11 +348,11 @@ def main() -> None:
         for which in trainers:
             label = labels[which]
             speed = results[(which, mode, "speed")]
-            memory = results[(which, mode, "memory")]
+            memory = results[(which, mode, kinds[-1])]
             b = best[which] = {
                 "cpu": min(r["cpu"] for r in speed),
                 "wall": min(r["wall"] for r in speed),
-                "mb": min(r["peak_growth_mb"] for r in memory),
+                "mb": min(r["peak_growth_mb" if cpu else "peak_gpu_mb"] for r in memory),
             }
             rows.append(
                 f"| {label} | {mode} | {b['cpu']:.1f} | {b['wall']:.1f} | "
@@ -328,17 +365,19 @@ def main() -> None:
             f"{min(r['save_wall'] for r in saves):.1f} s wall"
         )
         if args.rows:
+            what = "CPU" if cpu else "wall"
             notes.append(
-                f"checkpointing {mode}: shared prefixes computed once cut ours' CPU time by "
-                f"{1 - best['ours']['cpu'] / best['ours-rows']['cpu']:.0%} "
-                f"({best['ours-rows']['cpu'] / best['ours']['cpu']:.2f}x)"
+                f"checkpointing {mode}: shared prefixes computed once cut ours' {what} time by "
+                f"{1 - best['ours'][clock_kind] / best['ours-rows'][clock_kind]:.0%} "
+                f"({best['ours-rows'][clock_kind] / best['ours'][clock_kind]:.2f}x)"
             )
         ratios[mode] = (
-            best["trl"]["cpu"] / best["ours"]["cpu"],  # = ours / TRL tokens per CPU second
+            # = ours / TRL tokens per CPU second (on cuda: per wall second)
+            best["trl"][clock_kind] / best["ours"][clock_kind],
             best["ours"]["mb"] / best["trl"]["mb"],
         )
     print(setup)
-    print(describe())
+    print(describe(args.device))
     print("\n".join(rows))
     print("\n".join(notes))
     for mode in modes[:-1]:
@@ -348,7 +387,7 @@ def main() -> None:
     speedup, memory_ratio = ratios[modes[-1]]
     if not args.no_record:
         heading = f"## Runs: {args.model}" if pretrained else "## Runs"
-        record(setup, rows, notes, ratios, heading)
+        record(setup, rows, notes, ratios, heading, args.device)
     print(f"speedup: {speedup:.2f}")
     print(f"memory ratio: {memory_ratio:.2f}")
 
@@ -386,14 +425,15 @@ def record(
     notes: list[str],
     ratios: dict[str, tuple[float, float]],
     heading: str,
+    device: str = "cpu",
 ) -> None:
-    """Add this run's figures at the end of section `heading` of the results file."""
+    """Add this run's figures at the end of section `heading` of the device's results file."""
     stamp = time.strftime("%Y-%m-%d %H:%M")
     block = [
         f"### {stamp}",
         "",
         f"- setup: {setup}",
-        f"- machine: {describe()}",
+        f"- machine: {describe(device)}",
         "",
         *rows,
         "",
@@ -401,13 +441,16 @@ def record(
         *(
             f"- checkpointing {mode}: speedup {r[0]:.2f} (goal >= 1.3), memory ratio {r[1]:.2f} "
             "(goal <= 1.0)"
+            + ("" if device == "cpu" else " (tokens per wall second, peak GPU memory)")
             for mode, r in ratios.items()
         ),
         "",
     ]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    text = RESULTS.read_text() if RESULTS.exists() else "# DPO speed: coevo vs TRL\n"
-    RESULTS.write_text(add_to_section(text, heading, "\n".join(block)))
+    results = results_file("dpo_speed", device)
+    on = "" if device == "cpu" else f" on {device}"
+    results.parent.mkdir(parents=True, exist_ok=True)
+    text = results.read_text() if results.exists() else f"# DPO speed{on}: coevo vs TRL\n"
+    results.write_text(add_to_section(text, heading, "\n".join(block)))
 
 
 if __name__ == "__main__":

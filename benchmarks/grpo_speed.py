@@ -25,6 +25,16 @@ optimizer step; ours also renders the episodes and writes its checkpoint at the 
 its own line). tokens/s: rollout = new tokens / generation CPU seconds; update = (prompt +
 new tokens) of every sample / update CPU seconds. CPU time rather than wall time, because this
 machine is shared (wall time is printed too). The first step's one-time costs are included.
+
+    python benchmarks/grpo_speed.py --device cuda --prompts 16 --samples 8 --micro-batch 16
+
+`--device cuda` (default cpu) runs both sides on the GPU in bf16 mixed precision (fp32
+weights, bf16 autocast, generation included: ours `Compute(mixed_precision="bf16")` and
+`device="auto"`, TRL `bf16=True`). There every timed region (the whole call, the generation)
+is timed on the wall clock, waiting for the GPU at both of its ends, and the rates and
+speedups are per wall second; each side's peak GPU memory (`torch.cuda.max_memory_allocated`,
+reset just before the call) is shown too. The GPU's name is printed and recorded, in
+results/grpo_speed-cuda.md (CPU runs keep results/grpo_speed.md).
 """
 
 from __future__ import annotations
@@ -37,10 +47,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import describe
-from measure import measure, run_child
+from machine import DEVICES, check_device, describe, gpu_name, results_file
+from measure import clock, measure, run_child
 
-RESULTS = Path(__file__).parent / "results" / "grpo_speed.md"
 LETTER = "a"
 
 
@@ -93,7 +102,7 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
 
     from coevo.methods.grpo import hf_player
     from coevo.render import render
-    from coevo.train import Checkpoints, Optim
+    from coevo.train import Checkpoints, Compute, Optim
     from coevo.train.grpo import GrpoConfig, train_grpo
     from coevo.train.loop import CheckpointDir
     from coevo.trajectory import Task
@@ -112,6 +121,8 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
         kl_coef=args.beta,
         progress=False,
         optim=Optim(lr=args.lr, warmup_ratio=0.0, schedule="constant"),
+        # auto: none on the CPU, as always; on cuda bf16 is asked for by name.
+        compute=Compute(mixed_precision="auto" if args.device == "cpu" else "bf16"),
         checkpoints=Checkpoints(
             save_every=10**9, save_every_minutes=0, resume=False, save_final_model=False
         ),
@@ -121,10 +132,10 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
     timed = {"gen_cpu": 0.0, "gen_wall": 0.0, "new_tokens": 0, "tokens": 0}
 
     def play(model, step_tasks, *, step, seed):
-        cpu, wall = time.process_time(), time.perf_counter()
-        played = player(model, step_tasks, step=step, seed=seed)
-        timed["gen_cpu"] += time.process_time() - cpu
-        timed["gen_wall"] += time.perf_counter() - wall
+        with clock(args.device) as took:
+            played = player(model, step_tasks, step=step, seed=seed)
+        timed["gen_cpu"] += took["cpu"]
+        timed["gen_wall"] += took["wall"]
         for t in played:
             timed["new_tokens"] += sum(len(turn.token_ids or ()) for turn in t.turns)
             timed["tokens"] += len(render(t, tokenizer).input_ids)
@@ -135,17 +146,25 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
     save = CheckpointDir.save
 
     def timed_save(self, step: int, epoch: int) -> None:
-        cpu, wall = time.process_time(), time.perf_counter()
-        save(self, step, epoch)
-        saving["save_cpu"] += time.process_time() - cpu
-        saving["save_wall"] += time.perf_counter() - wall
+        with clock(args.device) as took:
+            save(self, step, epoch)
+        saving["save_cpu"] += took["cpu"]
+        saving["save_wall"] += took["wall"]
 
     CheckpointDir.save = timed_save
     out = work / f"ours-{os.getpid()}"
+    device = "cpu" if args.device == "cpu" else "auto"  # auto: accelerate's choice, the GPU
     got = measure(
         lambda: train_grpo(
-            str(work / "model"), tasks, play, config, output_dir=out, tokenizer=tokenizer
-        )
+            str(work / "model"),
+            tasks,
+            play,
+            config,
+            output_dir=out,
+            tokenizer=tokenizer,
+            device=device,
+        ),
+        args.device,
     )
     shutil.rmtree(out, ignore_errors=True)
     return {**got, **timed, **saving}
@@ -187,8 +206,8 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
         lr_scheduler_type="constant",
         warmup_steps=0,
         max_steps=args.steps,
-        use_cpu=True,
-        bf16=False,
+        use_cpu=args.device == "cpu",
+        bf16=args.device == "cuda",
         report_to=[],
         save_strategy="no",
         logging_steps=10**9,
@@ -207,16 +226,16 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
     generate = trainer._generate_single_turn
 
     def timed_generate(prompt_ids, *rest, **kw):
-        cpu, wall = time.process_time(), time.perf_counter()
-        completion_ids, logprobs = generate(prompt_ids, *rest, **kw)
-        timed["gen_cpu"] += time.process_time() - cpu
-        timed["gen_wall"] += time.perf_counter() - wall
+        with clock(args.device) as took:
+            completion_ids, logprobs = generate(prompt_ids, *rest, **kw)
+        timed["gen_cpu"] += took["cpu"]
+        timed["gen_wall"] += took["wall"]
         timed["new_tokens"] += sum(len(c) for c in completion_ids)
         timed["tokens"] += sum(len(p) for p in prompt_ids) + sum(len(c) for c in completion_ids)
         return completion_ids, logprobs
 
     trainer._generate_single_turn = timed_generate
-    got = measure(trainer.train)
+    got = measure(trainer.train, args.device)
     return {**got, **timed}
 
 
@@ -224,10 +243,10 @@ def child(which: str, work: Path, args: argparse.Namespace) -> dict:
     extra = ["--work", str(work), "--steps", str(args.steps), "--samples", str(args.samples)]
     extra += ["--new-tokens", str(args.new_tokens), "--micro-batch", str(args.micro_batch)]
     extra += ["--beta", str(args.beta), "--lr", str(args.lr)]
-    return run_child(__file__, which, extra, args.threads, memory=False)
+    return run_child(__file__, which, extra, args.threads, memory=False, device=args.device)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=4, help="prompts (tasks) per step")
     parser.add_argument("--samples", type=int, default=8, help="K, samples per prompt")
@@ -239,10 +258,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--note", default="", help="a line recorded with the run")
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cpu",
+        help="cpu (fp32, CPU seconds) or cuda (bf16 mixed precision, wall seconds, peak GPU memory)",
+    )
     parser.add_argument("--no-record", action="store_true", help="do not write the results file")
     parser.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     if args.child:
         import torch
 
@@ -252,6 +281,7 @@ def main() -> None:
         return
     if (args.prompts * args.samples) % args.micro_batch:
         raise SystemExit("--prompts x --samples must be a multiple of --micro-batch")
+    check_device(args.device)
 
     from rich.console import Console
 
@@ -266,27 +296,33 @@ def main() -> None:
                 with console.status(f"training: {which}, run {i + 1}"):
                     results[which].append(child(which, work, args))
 
+    cpu = args.device == "cpu"
+    # What the table and speedups divide by: CPU seconds on the (shared) CPU, wall on a GPU.
+    t, other = ("cpu", "wall") if cpu else ("wall", "cpu")
+    name, other_name = ("CPU", "wall") if cpu else ("wall", "CPU")
+    compute = "fp32 CPU" if cpu else f"bf16 mixed precision (fp32 weights) on {gpu_name()}"
     setup = (
         f"{args.prompts} shop prompts x K={args.samples} samples, {args.new_tokens} new tokens, "
         f"{args.steps} steps, micro-batch {args.micro_batch}, KL coefficient {args.beta}, "
-        f"nano model (random init), fp32 CPU, {args.threads} torch thread(s) per run, single-turn "
-        f"(see the script's docstring), best of {args.repeats}"
+        f"nano model (random init), {compute}, {args.threads} torch thread(s) per run, "
+        f"single-turn (see the script's docstring), best of {args.repeats}"
     )
     rows = [
-        "| trainer | total CPU s | total wall s | generation CPU s | update CPU s | "
-        "rollout tokens/s (CPU) | update tokens/s (CPU) | step wall s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| trainer | total {name} s | total {other_name} s | generation {name} s | "
+        f"update {name} s | rollout tokens/s ({name}) | update tokens/s ({name}) | step wall s |"
+        + ("" if cpu else " peak GPU memory MB |"),
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + ("" if cpu else " ---: |"),
     ]
     best = {}
     for which, label in (("ours", "coevo train_grpo"), ("trl", "TRL GRPOTrainer")):
-        b = best[which] = min(results[which], key=lambda r: r["cpu"])
-        update_cpu = b["cpu"] - b["gen_cpu"]
-        b["rollout_rate"] = b["new_tokens"] / max(b["gen_cpu"], 1e-9)
-        b["update_rate"] = b["tokens"] / max(update_cpu, 1e-9)
+        b = best[which] = min(results[which], key=lambda r: r[t])
+        update = b[t] - b[f"gen_{t}"]
+        b["rollout_rate"] = b["new_tokens"] / max(b[f"gen_{t}"], 1e-9)
+        b["update_rate"] = b["tokens"] / max(update, 1e-9)
         rows.append(
-            f"| {label} | {b['cpu']:.1f} | {b['wall']:.1f} | {b['gen_cpu']:.1f} | "
-            f"{update_cpu:.1f} | {b['rollout_rate']:,.0f} | {b['update_rate']:,.0f} | "
-            f"{b['wall'] / args.steps:.1f} |"
+            f"| {label} | {b[t]:.1f} | {b[other]:.1f} | {b[f'gen_{t}']:.1f} | "
+            f"{update:.1f} | {b['rollout_rate']:,.0f} | {b['update_rate']:,.0f} | "
+            f"{b['wall'] / args.steps:.1f} |" + ("" if cpu else f" {b['peak_gpu_mb']:,.0f} |")
         )
     ours, trl = best["ours"], best["trl"]
     notes = [
@@ -294,30 +330,34 @@ def main() -> None:
         f"{ours['save_wall']:.1f} s wall",
         f"new tokens generated: ours {ours['new_tokens']:,}, TRL {trl['new_tokens']:,}; "
         f"sequence tokens trained: ours {ours['tokens']:,}, TRL {trl['tokens']:,}",
-        f"speedup (ours / TRL tokens per CPU second): rollout "
+        f"speedup (ours / TRL tokens per {name} second): rollout "
         f"{ours['rollout_rate'] / trl['rollout_rate']:.2f}, update "
         f"{ours['update_rate'] / trl['update_rate']:.2f}, whole step "
-        f"{(ours['tokens'] / ours['cpu']) / (trl['tokens'] / trl['cpu']):.2f}",
+        f"{(ours['tokens'] / ours[t]) / (trl['tokens'] / trl[t]):.2f}",
     ]
+    if not cpu:
+        notes.append(
+            f"peak GPU memory ratio (ours / TRL): {ours['peak_gpu_mb'] / trl['peak_gpu_mb']:.2f}"
+        )
     if args.note:
         notes.append(args.note)
     print(setup)
-    print(describe())
+    print(describe(args.device))
     print("\n".join(rows))
     print("\n".join(notes))
     if not args.no_record:
-        record(setup, rows, notes)
+        record(setup, rows, notes, args.device)
 
 
-def record(setup: str, rows: list[str], notes: list[str]) -> None:
-    """Add this run's figures at the end of the results file's `## Runs` section."""
+def record(setup: str, rows: list[str], notes: list[str], device: str = "cpu") -> None:
+    """Add this run's figures at the end of the `## Runs` section of the device's results file."""
     stamp = time.strftime("%Y-%m-%d %H:%M")
     block = "\n".join(
         [
             f"### {stamp}",
             "",
             f"- setup: {setup}",
-            f"- machine: {describe()}",
+            f"- machine: {describe(device)}",
             "",
             *rows,
             "",
@@ -325,9 +365,12 @@ def record(setup: str, rows: list[str], notes: list[str]) -> None:
             "",
         ]
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    text = RESULTS.read_text() if RESULTS.exists() else "# GRPO speed: coevo vs TRL\n\n## Runs\n"
-    RESULTS.write_text(text.rstrip("\n") + "\n\n" + block)
+    results = results_file("grpo_speed", device)
+    on = "" if device == "cpu" else f" on {device}"
+    results.parent.mkdir(parents=True, exist_ok=True)
+    header = f"# GRPO speed{on}: coevo vs TRL\n\n## Runs\n"
+    text = results.read_text() if results.exists() else header
+    results.write_text(text.rstrip("\n") + "\n\n" + block)
 
 
 if __name__ == "__main__":

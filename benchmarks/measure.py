@@ -1,4 +1,10 @@
-"""How the speed benchmarks time and weigh one training call: CPU and wall time, peak RSS."""
+"""How the speed benchmarks time and weigh one training call: CPU and wall time, peak memory.
+
+On the CPU the memory is the growth of the process's peak RSS; on cuda it is the peak GPU
+memory torch allocated during the call, and the wall clock waits for the GPU's queued work at
+both ends of every timed region (CUDA kernels run asynchronously: without the waits a region
+would time only their launches).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def rss_mb() -> float:
@@ -21,8 +29,57 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KB
 
 
-def measure(train) -> dict:
-    """Wall time, CPU time and peak RSS growth of one training call."""
+def sync(device: str) -> None:
+    """Wait for the GPU's queued work on cuda; nothing on the CPU."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+@contextmanager
+def clock(device: str = "cpu") -> Iterator[dict[str, float]]:
+    """Time the block: the yielded dict gets its `cpu` and `wall` seconds when it ends."""
+    took: dict[str, float] = {}
+    sync(device)
+    cpu, wall = time.process_time(), time.perf_counter()
+    try:
+        yield took
+    finally:
+        sync(device)
+        took["cpu"] = time.process_time() - cpu
+        took["wall"] = time.perf_counter() - wall
+
+
+@contextmanager
+def gpu_peak(device: str) -> Iterator[dict[str, float]]:
+    """On cuda, the peak GPU memory torch allocated in the block, in MB, put in the yielded
+    dict as `peak_gpu_mb` (from a reset at its start: what was already allocated counts, as
+    `before_gpu_mb` says); on the CPU the dict stays empty."""
+    got: dict[str, float] = {}
+    if device != "cuda":
+        yield got
+        return
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    got["before_gpu_mb"] = torch.cuda.memory_allocated() / 2**20
+    try:
+        yield got
+    finally:
+        torch.cuda.synchronize()
+        got["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+
+
+def measure(train, device: str = "cpu") -> dict:
+    """Wall time, CPU time and peak RSS growth of one training call; on cuda also its peak GPU
+    memory (`peak_gpu_mb`), with the wall clock waiting for the GPU."""
+    if device == "cuda":
+        before = rss_mb()
+        with gpu_peak(device) as peak, clock(device) as took:
+            train()
+        return {**took, "peak_growth_mb": peak_rss_mb() - before, **peak}
     before = rss_mb()
     wall, cpu = time.perf_counter(), time.process_time()
     train()
@@ -33,16 +90,28 @@ def measure(train) -> dict:
     }
 
 
-def run_child(script: str, which: str, extra: list[str], threads: int, memory: bool) -> dict:
+def run_child(
+    script: str,
+    which: str,
+    extra: list[str],
+    threads: int,
+    memory: bool,
+    device: str = "cpu",
+) -> dict:
     """Run `script --child which ...` in a fresh process; its last stdout line is the result.
 
     `memory`: large freed buffers go back to the system, so peak RSS reflects need rather
-    than allocation order (slower: used for the memory runs only).
+    than allocation order (slower: used for the memory runs only). On cuda the child gets
+    `--device cuda` and sees one GPU (the first, unless CUDA_VISIBLE_DEVICES says which):
+    TRL's Trainer would otherwise spread its batches over every visible GPU.
     """
     cmd = [sys.executable, script, "--child", which, "--threads", str(threads), *extra]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     if memory:
         env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    if device != "cpu":
+        cmd += ["--device", device]
+        env.setdefault("CUDA_VISIBLE_DEVICES", "0")
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if out.returncode != 0:
         sys.stderr.write(out.stdout + out.stderr)

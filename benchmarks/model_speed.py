@@ -36,6 +36,16 @@ Speed and memory come from separate runs, measured the same way for both:
 With --repeats N every run is repeated N times (interleaved) and the best of each is kept.
 The last two lines are `speedup: N.NN` (ours / TRL tokens per CPU second) and
 `memory ratio: N.NN` (ours / TRL peak growth). Goal: speedup >= 1.3 at memory ratio <= 1.0.
+
+    python benchmarks/model_speed.py --device cuda --examples 128 --batch-size 16
+
+`--device cuda` (default cpu) runs both sides on the GPU in bf16 mixed precision (fp32
+weights, bf16 autocast: ours `Compute(mixed_precision="bf16")` and `device="auto"`, TRL
+`bf16=True`). There the clock is the wall clock, waiting for the GPU at both ends of the
+training call (and of ours' final checkpoint); tokens/s and the speedup are per wall second.
+Memory is each side's peak GPU memory (`torch.cuda.max_memory_allocated`, reset just before
+the call), taken in the speed runs: no separate memory runs. The GPU's name is printed and
+recorded, in results/model_speed-cuda.md (CPU runs keep results/model_speed.md).
 """
 
 from __future__ import annotations
@@ -48,10 +58,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import describe
-from measure import measure, run_child
+from machine import DEVICES, check_device, describe, gpu_name, results_file
+from measure import clock, measure, run_child
 
-RESULTS = Path(__file__).parent / "results" / "model_speed.md"
 # The stock per-message expression of SmolLM2's ChatML template, and the assistant branch
 # that replaces it for TRL: the same text, with the learned part inside generation markers.
 STOCK_MESSAGE = (
@@ -96,6 +105,7 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
     from coevo.train import Checkpoints, Compute, Optim, SftConfig, sft_examples, train_sft
     from coevo.train.loop import CheckpointDir
 
+    cpu = args.device == "cpu"
     tok, model, trajectories = load_inputs(work)
     examples = sft_examples(trajectories, tok, max_length=args.max_length)
     out = work / f"ours-{os.getpid()}"
@@ -104,7 +114,10 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
         batch_size=args.batch_size,
         progress=False,
         optim=Optim(lr=args.lr, warmup_ratio=0.1, schedule="constant", max_grad_norm=1.0),
-        compute=Compute(mixed_precision="no", gradient_checkpointing=args.checkpointing == "on"),
+        compute=Compute(
+            mixed_precision="no" if cpu else "bf16",
+            gradient_checkpointing=args.checkpointing == "on",
+        ),
         checkpoints=Checkpoints(save_every=10**9, save_final_model=False, resume=False),
     )
     # The loop always writes a checkpoint at its last step; time it to show it apart.
@@ -112,13 +125,18 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
     save = CheckpointDir.save
 
     def timed_save(self, step: int, epoch: int) -> None:
-        cpu, wall = time.process_time(), time.perf_counter()
-        save(self, step, epoch)
-        saving["cpu"] += time.process_time() - cpu
-        saving["wall"] += time.perf_counter() - wall
+        with clock(args.device) as took:
+            save(self, step, epoch)
+        saving["cpu"] += took["cpu"]
+        saving["wall"] += took["wall"]
 
     CheckpointDir.save = timed_save
-    got = measure(lambda: train_sft(model, examples, config, output_dir=out))
+    device = "cpu" if cpu else "auto"  # auto: accelerate's choice, the GPU
+    if not cpu:
+        model.to("cuda")  # before the clock, as TRL's trainer does in its constructor
+    got = measure(
+        lambda: train_sft(model, examples, config, output_dir=out, device=device), args.device
+    )
     shutil.rmtree(out, ignore_errors=True)  # a 135M checkpoint is 1.6 GB
     return {
         **got,
@@ -150,8 +168,8 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
         max_grad_norm=1.0,
         gradient_checkpointing=args.checkpointing == "on",
         max_length=args.max_length,
-        use_cpu=True,
-        bf16=False,
+        use_cpu=args.device == "cpu",
+        bf16=args.device == "cuda",
         report_to=[],
         save_strategy="no",
         logging_steps=10**9,
@@ -166,7 +184,7 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
         and [int(label != -100) for label in row["labels"]] == list(e.action_mask)
         for row, e in zip(rows, ours, strict=True)
     )
-    got = measure(trainer.train)
+    got = measure(trainer.train, args.device)
     return {
         **got,
         "tokens": sum(len(row["input_ids"]) for row in rows),
@@ -179,7 +197,7 @@ def child(which: str, work: Path, args: argparse.Namespace, checkpointing: str, 
     extra = ["--work", str(work), "--checkpointing", checkpointing]
     extra += ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size)]
     extra += ["--lr", str(args.lr), "--max-length", str(args.max_length)]
-    return run_child(__file__, which, extra, args.threads, memory)
+    return run_child(__file__, which, extra, args.threads, memory, args.device)
 
 
 def prepare(work: Path, args: argparse.Namespace) -> dict:
@@ -221,7 +239,7 @@ def prepare(work: Path, args: argparse.Namespace) -> dict:
     }
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m", help="a packaged pretrained model")
     parser.add_argument("--examples", type=int, default=64, help="sql expert episodes")
@@ -237,10 +255,20 @@ def main() -> None:
         default="off",
         help="gradient checkpointing, set the same on both sides",
     )
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cpu",
+        help="cpu (fp32, CPU seconds) or cuda (bf16 mixed precision, wall seconds, peak GPU memory)",
+    )
     parser.add_argument("--no-record", action="store_true", help="do not write the results file")
     parser.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     if args.child:
         import torch
 
@@ -249,10 +277,14 @@ def main() -> None:
         print(json.dumps(run(args.work, args)))
         return
 
+    check_device(args.device)
     from rich.console import Console
 
+    cpu = args.device == "cpu"
     console = Console(stderr=True)
     modes = ["off", "on"] if args.checkpointing == "both" else [args.checkpointing]
+    # On cuda the speed runs also give the peak GPU memory: no separate memory runs.
+    kinds = ("speed", "memory") if cpu else ("speed",)
     with tempfile.TemporaryDirectory(prefix="model_speed_") as tmp:
         work = Path(tmp)
         with console.status(f"loading {args.model} and the sql expert episodes"):
@@ -260,7 +292,7 @@ def main() -> None:
         results: dict[tuple[str, str, str], list[dict]] = {}
         for i in range(args.repeats):
             for mode in modes:
-                for kind in ("speed", "memory"):
+                for kind in kinds:
                     for which in ("ours", "trl"):
                         label = f"{which}, checkpointing {mode}, {kind} run {i + 1}"
                         with console.status(f"training: {label}"):
@@ -270,32 +302,35 @@ def main() -> None:
     trl = results[("trl", modes[0], "speed")][0]
     ours = results[("ours", modes[0], "speed")][0]
     same = "identical" if trl["same_as_ours"] else "DIFFERENT"
+    compute = "fp32 CPU" if cpu else f"bf16 mixed precision (fp32 weights) on {gpu_name()}"
     setup = (
         f"{info['n']} sql expert episodes (first train tasks), {info['about']}, vocab "
         f"{info['vocab']:,}; {args.epochs} epoch(s), batch {args.batch_size} sequences, "
-        f"lr {args.lr:g}, 10% warm-up then constant, AdamW, clip 1.0, fp32 CPU, "
+        f"lr {args.lr:g}, 10% warm-up then constant, AdamW, clip 1.0, {compute}, "
         f"{args.threads} torch threads per run; {info['tokens']:,} tokens per epoch (mean "
         f"sequence {info['tokens'] / info['n']:.0f}, longest {info['longest']}); learned tokens "
         f"per epoch: ours {ours['learned']:,}, TRL {trl['learned']:,} ({same} token ids and "
         f"learned positions; TRL: assistant_only_loss=True with generation markers added to the "
         f"stock template); best of {args.repeats}"
     )
+    memory_column = "peak RSS growth MB" if cpu else "peak GPU memory MB"
     rows = [
         "| trainer | gradient checkpointing | CPU s | wall s | tokens/s (CPU) | "
-        "tokens/s (wall) | peak RSS growth MB |",
+        f"tokens/s (wall) | {memory_column} |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     notes, ratios = [], {}
+    clock_kind = "cpu" if cpu else "wall"  # what the speedup divides by
     for mode in modes:
         best = {}
         for which, label in (("ours", "coevo train_sft"), ("trl", "TRL SFTTrainer")):
             speed = results[(which, mode, "speed")]
-            memory = results[(which, mode, "memory")]
+            memory = results[(which, mode, kinds[-1])]
             tokens = speed[0]["tokens"] * args.epochs
             b = best[which] = {
                 "cpu": min(r["cpu"] for r in speed),
                 "wall": min(r["wall"] for r in speed),
-                "mb": min(r["peak_growth_mb"] for r in memory),
+                "mb": min(r["peak_growth_mb" if cpu else "peak_gpu_mb"] for r in memory),
                 "tokens": tokens,
             }
             rows.append(
@@ -310,12 +345,12 @@ def main() -> None:
                     f"{save_cpu:.1f} s CPU, {save_wall:.1f} s wall"
                 )
         ratios[mode] = (
-            (best["ours"]["tokens"] / best["ours"]["cpu"])
-            / (best["trl"]["tokens"] / best["trl"]["cpu"]),
+            (best["ours"]["tokens"] / best["ours"][clock_kind])
+            / (best["trl"]["tokens"] / best["trl"][clock_kind]),
             best["ours"]["mb"] / best["trl"]["mb"],
         )
     print(setup)
-    print(describe())
+    print(describe(args.device))
     print("\n".join(rows))
     print("\n".join(notes))
     for mode in modes[:-1]:
@@ -324,20 +359,20 @@ def main() -> None:
         )
     speedup, memory_ratio = ratios[modes[-1]]
     if not args.no_record:
-        record(setup, rows, notes, ratios)
+        record(setup, rows, notes, ratios, args.device)
     print(f"speedup: {speedup:.2f}")
     print(f"memory ratio: {memory_ratio:.2f}")
 
 
-def record(setup: str, rows: list[str], notes: list[str], ratios: dict) -> None:
-    """Append this run's figures to the results file (earlier runs are kept)."""
+def record(setup: str, rows: list[str], notes: list[str], ratios: dict, device: str) -> None:
+    """Append this run's figures to the device's results file (earlier runs are kept)."""
     stamp = time.strftime("%Y-%m-%d %H:%M")
     last_speedup, last_memory = ratios[list(ratios)[-1]]
     block = [
         f"### {stamp}",
         "",
         f"- setup: {setup}",
-        f"- machine: {describe()}",
+        f"- machine: {describe(device)}",
         "",
         *rows,
         "",
@@ -345,6 +380,7 @@ def record(setup: str, rows: list[str], notes: list[str], ratios: dict) -> None:
         *(
             f"- checkpointing {mode}: speedup {r[0]:.2f} (goal >= 1.3), memory ratio {r[1]:.2f} "
             "(goal <= 1.0)"
+            + ("" if device == "cpu" else " (tokens per wall second, peak GPU memory)")
             for mode, r in ratios.items()
         ),
         "",
@@ -352,16 +388,19 @@ def record(setup: str, rows: list[str], notes: list[str], ratios: dict) -> None:
         f"memory ratio: {last_memory:.2f}",
         "",
     ]
+    on = "" if device == "cpu" else f" on {device}"
     header = (
-        "# Pretrained-model SFT speed: coevo vs TRL\n\n"
-        "`python benchmarks/model_speed.py`: SFT tokens/s of `coevo.train.train_sft` and TRL's "
+        f"# Pretrained-model SFT speed{on}: coevo vs TRL\n\n"
+        f"`python benchmarks/model_speed.py{'' if device == 'cpu' else f' --device {device}'}`: "
+        "SFT tokens/s of `coevo.train.train_sft` and TRL's "
         "`SFTTrainer` on SmolLM2-135M-Instruct and the same sql expert episodes, loss on the same "
         "(assistant) tokens, in fresh subprocesses (see the script's docstring for the set-up). "
         "Goal: ours >= 1.3x TRL's tokens/s at <= its peak memory.\n\n## Runs\n"
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    text = RESULTS.read_text() if RESULTS.exists() else header
-    RESULTS.write_text(text.rstrip("\n") + "\n\n" + "\n".join(block))
+    results = results_file("model_speed", device)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    text = results.read_text() if results.exists() else header
+    results.write_text(text.rstrip("\n") + "\n\n" + "\n".join(block))
 
 
 if __name__ == "__main__":

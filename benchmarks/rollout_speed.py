@@ -37,9 +37,22 @@ prompt and its reply) and lockstep with kept caches (every step's new prompt tok
 reply), with --model's tokenizer. Their ratio bounds the speedup wherever a token costs both
 ways alike (prefill, compute-bound on a CPU); only decoding, batched lockstep, can add to it.
 
-Writes benchmarks/results/rollout_speed.md: a nano or --model DIR run rewrites the top of the
-file (its notes included, as before), a pretrained model's run only its own section,
-"## Pretrained model: NAME"; each keeps the other's. The last line printed is `speedup: N.NN`.
+    python benchmarks/rollout_speed.py --device cuda --model smollm2-135m --tasks 64 --batch-size 64
+
+--device cuda (default cpu) runs the model in bfloat16 on the GPU; the clock waits for the GPU
+at both ends of each timed part, and each part's peak GPU memory above what was allocated
+before it (`torch.cuda.max_memory_allocated`) is shown. It then also times decoding alone on
+one batch of the same tasks' opening prompts (--batch-size of them), greedy, --max-new-tokens:
+ours (`HFPolicy.generate`) against transformers' own `model.generate` on a second copy of the
+model (left-padded, `min_new_tokens` = `max_new_tokens` so every row decodes them all), eager
+and with `cache_implementation="static"` (its own torch.compile). Each way is called once to
+warm up (its seconds shown: the static cache's compile), then timed: ms per decode step
+(seconds / the longest reply's tokens) and tokens/s (generated tokens / seconds), as in issue 37.
+
+Writes benchmarks/results/rollout_speed.md (cuda runs: rollout_speed-cuda.md, laid out the
+same way): a nano or --model DIR run rewrites the top of the file (its notes included, as
+before), a pretrained model's run only its own section, "## Pretrained model: NAME"; each
+keeps the other's. The last line printed is `speedup: N.NN`.
 """
 
 from __future__ import annotations
@@ -50,9 +63,11 @@ import tempfile
 import time
 from functools import partial
 from pathlib import Path
+from statistics import mean
 
 import torch
-from machine import describe
+from machine import DEVICES, check_device, describe, gpu_name, results_file
+from measure import clock, gpu_peak
 
 from coevo.envs import make
 from coevo.envs.episode import observation_message, opening_message
@@ -64,7 +79,7 @@ from coevo.render import render_prompt
 from coevo.rollout import episode_seed, rollout, step_seed
 from coevo.trajectory import Turn
 
-RESULTS = Path(__file__).parent / "results" / "rollout_speed.md"
+RESULTS = results_file("rollout_speed", "cpu")
 PRETRAINED_HEADING = "## Pretrained model: "
 WORKERS_HEADING = "## Env workers"
 
@@ -107,7 +122,7 @@ def one_at_a_time(policy, env, tasks, sampling, seed):
     return rewards, steps
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--model",
@@ -126,7 +141,23 @@ def main() -> None:
     parser.add_argument("--env", default="sciworld", help="the env of --workers (default sciworld)")
     parser.add_argument("--max-steps", type=int, default=10, help="step budget with --workers")
     parser.add_argument("--store", type=Path, help="count the tokens of a run's stored episodes")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cpu",
+        help="cpu (float32) or cuda (bfloat16, GPU-synchronised seconds, peak GPU memory, and "
+        "transformers' generate beside ours)",
+    )
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.device != "cpu" and (args.workers or args.store):
+        raise SystemExit(
+            "--device cuda times the model comparison only: run --workers and --store without it."
+        )
+    check_device(args.device)
     if args.workers:
         workers_main(args)
         return
@@ -141,6 +172,7 @@ def main() -> None:
         args.threads = PRETRAINED[args.model].cpu_threads if pretrained else 1
     torch.set_num_threads(args.threads)
 
+    cpu = args.device == "cpu"
     env = make("shop")
     tasks = env.tasks("train")[: args.tasks]
     with tempfile.TemporaryDirectory() as tmp:
@@ -153,7 +185,9 @@ def main() -> None:
 
             model_dir = Path(tmp) / "nano"
             init_model(env, "nano", model_dir, seed=0)
-        policy = HFPolicy(model_dir, dtype="float32", device="cpu")
+        policy = HFPolicy(model_dir, dtype="float32" if cpu else "bfloat16", device=args.device)
+        # transformers' own generate, timed beside ours on cuda, gets a copy of its own.
+        theirs = None if cpu else load_copy(model_dir, policy)
     sampling = Sampling(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     load_before = os.getloadavg()
     counter = TokensRun(policy.model)
@@ -162,19 +196,20 @@ def main() -> None:
         started = [pool.acquire() for _ in range(min(args.batch_size, len(tasks)))]
         for e in started:  # envs are built before the clock starts
             pool.release(e)
-        t0 = time.perf_counter()
-        trajectories = rollout(
-            policy, pool, tasks, sampling=sampling, batch_size=args.batch_size, seed=0
-        )
-        lockstep_s = time.perf_counter() - t0
+        with gpu_peak(args.device) as lock_peak, clock(args.device) as took:
+            trajectories = rollout(
+                policy, pool, tasks, sampling=sampling, batch_size=args.batch_size, seed=0
+            )
+        lockstep_s = took["wall"]
     lock_tokens = counter.take()
     lock_steps = sum(t.steps for t in trajectories)
     lock_reward = sum(t.reward for t in trajectories) / len(trajectories)
 
-    t0 = time.perf_counter()
-    rewards, seq_steps = one_at_a_time(policy, env, tasks, sampling, seed=0)
-    sequential_s = time.perf_counter() - t0
+    with gpu_peak(args.device) as seq_peak, clock(args.device) as took:
+        rewards, seq_steps = one_at_a_time(policy, env, tasks, sampling, seed=0)
+    sequential_s = took["wall"]
     seq_tokens = counter.take()
+    decoding = [] if cpu else decode_table(policy, theirs, env, tasks, args)
     load_after = os.getloadavg()
 
     n = len(tasks)
@@ -197,15 +232,24 @@ def main() -> None:
         f"tokens run through the model, one at a time / lockstep: "
         f"{seq_tokens / max(lock_tokens, 1):.2f}",
     ]
+    if not cpu:
+        lines += [
+            f"peak GPU memory above the loaded models: lockstep "
+            f"{lock_peak['peak_gpu_mb'] - lock_peak['before_gpu_mb']:,.0f} MB, one at a time "
+            f"{seq_peak['peak_gpu_mb'] - seq_peak['before_gpu_mb']:,.0f} MB",
+            "",
+            *decoding,
+        ]
+    compute = "float32 on CPU" if cpu else f"bfloat16 on {gpu_name()}"
     setup = (
         f"{n} shop train tasks (max {env.max_steps} steps), model {params:,} parameters "
         f"({'random init' if args.model is None else describe_model(args.model)}), "
-        f"float32 on CPU, {args.threads} torch threads; temperature {args.temperature}, max_new_tokens "
+        f"{compute}, {args.threads} torch threads; temperature {args.temperature}, max_new_tokens "
         f"{args.max_new_tokens}; lockstep batch size {args.batch_size}"
     )
     machine = (
-        f"{describe()}; load average (1 min) {load_before[0]:.2f} before the timed runs, "
-        f"{load_after[0]:.2f} after"
+        f"{describe(args.device)}; load average (1 min) {load_before[0]:.2f} before the timed "
+        f"runs, {load_after[0]:.2f} after"
     )
     print(setup)
     print(machine)
@@ -217,18 +261,31 @@ def main() -> None:
             + "\n".join(lines)
             + f"\n\nspeedup: {speedup:.2f}\n"
         )
+        path = results_file("rollout_speed", args.device)
+        on = "" if cpu else f" --device {args.device}"
         if pretrained:
             write_section(
                 f"{PRETRAINED_HEADING}{args.model}\n\n"
-                f"`python benchmarks/rollout_speed.py --model {args.model}`: the same comparison "
-                f"on {PRETRAINED[args.model].about}.\n\n" + figures
+                f"`python benchmarks/rollout_speed.py{on} --model {args.model}`: the same "
+                f"comparison on {PRETRAINED[args.model].about}.\n\n" + figures,
+                path,
             )
         else:
+            title = "# Rollout speed" if cpu else f"# Rollout speed on {args.device}"
             write_top(
-                "# Rollout speed\n\n"
-                "`python benchmarks/rollout_speed.py`: episodes per second of lockstep rollouts "
-                "against one episode at a time (ETO's way: each episode alone, the whole prompt "
-                "re-sent every step). Goal: speedup >= 4.\n\n" + figures
+                f"{title}\n\n"
+                f"`python benchmarks/rollout_speed.py{on}`: episodes per second of lockstep "
+                "rollouts against one episode at a time (ETO's way: each episode alone, the whole "
+                "prompt re-sent every step)"
+                + (
+                    ""
+                    if cpu
+                    else ", then decoding alone: ours against transformers' generate, eager and "
+                    "with a static cache"
+                )
+                + ". Goal: speedup >= 4.\n\n"
+                + figures,
+                path,
             )
     print(f"speedup: {speedup:.2f}")
 
@@ -354,44 +411,135 @@ def stored_tokens(run: Path, model: str) -> None:
     )
 
 
+def load_copy(model_dir: Path, policy):
+    """A second copy of the model, in the policy's dtype on its device, for transformers'
+    own generate."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=policy.dtype)
+    return model.to(policy.device).eval()
+
+
+def opening_prompts(policy, env, tasks, max_new_tokens: int) -> list[list[int]]:
+    """The tasks' first prompts, as the rollouts render them (same seeds)."""
+    budget = policy.max_context - max_new_tokens
+    prompts = []
+    for task in tasks:
+        observation, _ = env.reset(task, seed=episode_seed(0, task.id, 0))
+        turns = [Turn("user", opening_message(env, observation))]
+        prompts.append(render_prompt(turns, policy.tokenizer, max_length=budget))
+    return prompts
+
+
+def decode_table(policy, theirs, env, tasks, args: argparse.Namespace) -> list[str]:
+    """Decoding alone, as issue 37's table: ours against transformers' generate (eager, static
+    cache) on one batch of the same opening prompts, greedy. Run on cuda (where it runs on the
+    CPU, as in the tests, its memory column is empty and the static cache is not compiled)."""
+    device = policy.device.type
+    prompts = opening_prompts(policy, env, tasks[: args.batch_size], args.max_new_tokens)
+    n = args.max_new_tokens
+    greedy = Sampling(temperature=0.0, max_new_tokens=n, logprobs=True)  # logprobs: token ids
+
+    def ours() -> tuple[int, int]:
+        lengths = [len(c.token_ids) for c in policy.generate(prompts, greedy)]
+        return max(lengths), sum(lengths)  # (decode steps, generated tokens)
+
+    width = max(len(p) for p in prompts)
+    pad = policy.pad_id
+    # Left-padded, as transformers' generate wants a batch. (batch, width)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=policy.device)
+    real = [[0] * (width - len(p)) + [1] * len(p) for p in prompts]
+    mask = torch.tensor(real, device=policy.device)
+
+    def transformers_generate(**options):
+        def call() -> tuple[int, int]:
+            with torch.inference_mode():
+                out = theirs.generate(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    max_new_tokens=n,
+                    min_new_tokens=n,  # every row decodes all n: no early stop
+                    do_sample=False,
+                    pad_token_id=pad,
+                    **options,
+                )
+            new = out.shape[1] - width
+            return new, new * len(prompts)
+
+        return call
+
+    ways = [
+        ("coevo `HFPolicy.generate`", ours),
+        ("transformers `generate`, eager", transformers_generate()),
+        (
+            'transformers `generate`, `cache_implementation="static"`',
+            transformers_generate(cache_implementation="static"),
+        ),
+    ]
+    lines = [
+        f"Decoding alone: {len(prompts)} opening prompts (mean {mean(map(len, prompts)):.0f}, "
+        f"longest {width} tokens), greedy, max_new_tokens {n}; each way warmed up by one call "
+        "first (its seconds: warm-up, the static cache's compile included).",
+        "",
+        "| way | warm-up s | seconds | decode steps | tokens | ms per decode step | tokens/s "
+        "| peak GPU MB above the loaded models |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, call in ways:
+        with clock(device) as warm:
+            call()
+        with gpu_peak(device) as peak, clock(device) as took:
+            steps, tokens = call()
+        sec = took["wall"]
+        memory = f"{peak['peak_gpu_mb'] - peak['before_gpu_mb']:,.0f}" if peak else ""
+        lines.append(
+            f"| {label} | {warm['wall']:.1f} | {sec:.2f} | {steps} | {tokens:,} | "
+            f"{1000 * sec / steps:.1f} | {tokens / sec:,.0f} | {memory} |"
+        )
+    return lines
+
+
 def describe_model(model: str) -> str:
     return f"pretrained {model}" if model in PRETRAINED else model
 
 
-def results_sections() -> list[str]:
+def results_sections(path: Path = RESULTS) -> list[str]:
     """The results file cut before each `## ` heading: the top part, then one per section."""
-    if not RESULTS.exists():
+    if not path.exists():
         return []
     chunks: list[list[str]] = [[]]
-    for line in RESULTS.read_text().splitlines():
+    for line in path.read_text().splitlines():
         if line.startswith("## "):
             chunks.append([])
         chunks[-1].append(line)
     return ["\n".join(c).strip("\n") + "\n" for c in chunks if any(c)]
 
 
-def write_results(chunks: list[str]) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(chunks))
+def write_results(chunks: list[str], path: Path = RESULTS) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(chunks))
 
 
-def write_top(top: str) -> None:
+def write_top(top: str, path: Path = RESULTS) -> None:
     """Replace the top of the file and its notes; keep the pretrained models' and the env
     workers' sections."""
-    kept = [c for c in results_sections() if c.startswith((PRETRAINED_HEADING, WORKERS_HEADING))]
-    write_results([top, *kept])
+    kept = [
+        c for c in results_sections(path) if c.startswith((PRETRAINED_HEADING, WORKERS_HEADING))
+    ]
+    write_results([top, *kept], path)
 
 
-def write_section(section: str) -> None:
+def write_section(section: str, path: Path = RESULTS) -> None:
     """Replace this pretrained model's section (or add it at the end); keep everything else."""
     heading = section.splitlines()[0]
-    chunks = results_sections() or ["# Rollout speed\n"]
+    title = "# Rollout speed\n" if path == RESULTS else "# Rollout speed on cuda\n"
+    chunks = results_sections(path) or [title]
     mine = [i for i, c in enumerate(chunks) if c.splitlines()[0] == heading]
     if mine:
         chunks[mine[0]] = section
     else:
         chunks.append(section)
-    write_results(chunks)
+    write_results(chunks, path)
 
 
 if __name__ == "__main__":

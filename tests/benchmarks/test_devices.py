@@ -1,0 +1,187 @@
+"""The speed benchmarks' --device option: what can be checked without a GPU."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+SCRIPTS = ["model_speed", "dpo_speed", "grpo_speed", "rollout_speed"]
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """Import a benchmark script as a module, the way it imports its neighbours."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module
+
+
+@pytest.fixture
+def gpu_calls(monkeypatch):
+    """torch.cuda's calls the benchmarks make, recorded in order instead of run."""
+    calls: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 1 * 2**20)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 3 * 2**20)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA Test GPU")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda *a: SimpleNamespace(total_memory=80 * 2**30)
+    )
+    return calls
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_speed_benchmark_takes_a_device_and_defaults_to_the_cpu(bench, name):
+    script = bench(name)
+    assert script.parse_args([]).device == "cpu"
+    assert script.parse_args(["--device", "cuda"]).device == "cuda"
+    with pytest.raises(SystemExit):
+        script.parse_args(["--device", "tpu"])
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_cuda_without_a_gpu_stops_with_one_sentence(bench, name, monkeypatch, capsys):
+    script = bench(name)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--device", "cuda"])
+    with pytest.raises(SystemExit) as stop:
+        script.main()
+    message = str(stop.value.code)
+    assert message.startswith("--device cuda needs a CUDA GPU")
+    assert "\n" not in message and message.endswith(".")
+    assert message.count(". ") == 0  # one sentence
+
+
+def test_cuda_without_a_gpu_prints_no_traceback():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU, even on a GPU machine
+    cmd = [sys.executable, str(BENCHMARKS / "model_speed.py"), "--device", "cuda"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()]
+    assert "--device cuda needs a CUDA GPU" in out.stderr
+
+
+def test_a_timed_region_on_cuda_waits_for_the_gpu_at_both_ends(bench, gpu_calls):
+    measure = bench("measure")
+    with measure.clock("cuda") as took:
+        gpu_calls.append("work")
+    assert gpu_calls == ["sync", "work", "sync"]
+    assert took["wall"] >= 0 and took["cpu"] >= 0
+
+
+def test_a_timed_region_on_the_cpu_never_touches_cuda(bench, gpu_calls):
+    measure = bench("measure")
+    with measure.clock("cpu") as took:
+        gpu_calls.append("work")
+    got = measure.measure(lambda: gpu_calls.append("train"))
+    assert gpu_calls == ["work", "train"]
+    assert set(took) == {"cpu", "wall"}
+    assert set(got) == {"wall", "cpu", "peak_growth_mb"}
+
+
+def test_measure_on_cuda_syncs_around_the_call_and_reads_the_peak_after_it(bench, gpu_calls):
+    measure = bench("measure")
+    got = measure.measure(lambda: gpu_calls.append("train"), "cuda")
+    train = gpu_calls.index("train")
+    assert "reset" in gpu_calls[:train] and gpu_calls[train - 1] == "sync"
+    assert gpu_calls[train + 1] == "sync"
+    assert got["peak_gpu_mb"] == 3.0 and got["before_gpu_mb"] == 1.0
+    assert {"wall", "cpu", "peak_growth_mb"} <= set(got)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_children_get_the_device_and_one_gpu(bench, monkeypatch, device):
+    measure = bench("measure")
+    seen = {}
+
+    def run(cmd, env, **_):
+        seen.update(cmd=cmd, env=env)
+        return SimpleNamespace(returncode=0, stdout='{"wall": 1.0}\n', stderr="")
+
+    monkeypatch.setattr(measure.subprocess, "run", run)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    got = measure.run_child("x.py", "ours", ["--work", "w"], 2, memory=False, device=device)
+    assert got == {"wall": 1.0}
+    base = [sys.executable, "x.py", "--child", "ours", "--threads", "2", "--work", "w"]
+    if device == "cpu":  # as before the option existed
+        assert seen["cmd"] == base and "CUDA_VISIBLE_DEVICES" not in seen["env"]
+    else:
+        assert seen["cmd"] == [*base, "--device", "cuda"]
+        assert seen["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_the_machine_line_names_the_gpu_only_on_cuda(bench, gpu_calls):
+    machine = bench("machine")
+    assert "GPU" not in machine.describe()
+    assert "GPU NVIDIA Test GPU (80 GiB)" in machine.describe("cuda")
+
+
+def test_cuda_runs_are_recorded_apart_from_cpu_runs(bench, gpu_calls, monkeypatch, tmp_path):
+    machine = bench("machine")
+    grpo = bench("grpo_speed")
+    assert machine.results_file("grpo_speed", "cpu") == BENCHMARKS / "results" / "grpo_speed.md"
+    monkeypatch.setattr(machine, "RESULTS_DIR", tmp_path)
+    grpo.record("a setup", ["| a | row |"], ["a note"], "cuda")
+    grpo.record("a setup", ["| a | row |"], ["a note"], "cpu")
+    cuda = (tmp_path / "grpo_speed-cuda.md").read_text()
+    assert cuda.startswith("# GRPO speed on cuda: coevo vs TRL\n\n## Runs\n")
+    assert "NVIDIA Test GPU" in cuda
+    assert "NVIDIA" not in (tmp_path / "grpo_speed.md").read_text()
+
+
+def test_rollout_results_of_cuda_go_to_their_own_file(bench, tmp_path):
+    rollout = bench("rollout_speed")
+    path = tmp_path / "rollout_speed-cuda.md"
+    rollout.write_section("## Pretrained model: m\n\nfigures\n", path)
+    rollout.write_top("# Rollout speed on cuda\n\ntop\n", path)
+    text = path.read_text()
+    assert text.startswith("# Rollout speed on cuda\n\ntop\n")
+    assert "## Pretrained model: m\n\nfigures\n" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_rollout_speed_runs_on_cuda(tmp_path):
+    cmd = [sys.executable, str(BENCHMARKS / "rollout_speed.py"), "--device", "cuda"]
+    cmd += ["--tasks", "2", "--batch-size", "2", "--max-new-tokens", "4", "--no-write"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "transformers `generate`, eager" in out.stdout
+    assert out.stdout.strip().splitlines()[-1].startswith("speedup: ")
+
+
+def test_the_decoding_table_times_ours_and_transformers_on_the_same_prompts(
+    bench, nano_model_dir, one_thread
+):
+    """The cuda-only table, run on the CPU: three ways, every transformers row decodes all."""
+    from argparse import Namespace
+
+    from coevo.policy.hf import HFPolicy
+    from tests.toy_env import ToyEnv
+
+    rollout = bench("rollout_speed")
+    policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu")
+    theirs = rollout.load_copy(nano_model_dir, policy)
+    env = ToyEnv()
+    lines = rollout.decode_table(
+        policy, theirs, env, env.tasks("train"), Namespace(batch_size=2, max_new_tokens=4)
+    )
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| coevo `HFPolicy.generate`",
+        "| transformers `generate`, eager",
+        '| transformers `generate`, `cache_implementation="static"`',
+    ]
+    for row in rows[1:]:
+        cells = row.split(" | ")
+        assert cells[3:5] == ["4", "8"]  # decode steps, tokens: 2 prompts x 4
