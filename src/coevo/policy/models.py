@@ -35,7 +35,7 @@ class Packaged:
     install: str
     """The command that installs the package and what reading GGUF needs."""
     cpu_threads: int
-    """torch threads that trained and decoded it fastest on a 2-core CPU (README, Models)."""
+    """torch threads that trained and decoded it fastest on a 2-core CPU (docs/models.md)."""
     about: str
 
 

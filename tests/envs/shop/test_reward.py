@@ -288,7 +288,7 @@ def test_expert_picks_mapping_options_that_score_full():
 
 
 # WebShop's title-score expectations (spaCy en_core_web_lg) from its test_goal.py, and the
-# issue's count: what the word-list tagger reproduces and where it differs (see the README).
+# issue's count: what the word-list tagger reproduces and where it differs (see docs/envs.md).
 SAIREED = (
     "Saireed UL Listed 2 Prong Power Cord for JBL Bar 3.1 Bar 2.1 Channel 4K Ultra HD Soundbar"
 )

@@ -12,7 +12,7 @@ coevo did before ETO's lists were used.
 - A type with more variations in a split than that split's cap is sub-sampled to the cap with a
   fixed seed (a string seed per split and type, so adding a type never reshuffles another).
   The evaluation caps are the papers' 10; the train cap is chosen so that the train split lands
-  near the papers' size (see README).
+  near the papers' size (see docs/envs.md).
 - Step budget of a type = 2 x the longest sampled gold path, rounded up to a multiple of 5 and
   clipped to [10, 120]: room for an agent that errs, and for the unseen variations, whose gold
   paths run longer than the train sample (1.5 x left 18% of the first test paths over budget);

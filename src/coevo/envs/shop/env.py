@@ -33,7 +33,7 @@ _GOAL_KEYS = ("query", "product_category", "name", "attributes", "goal_options",
 
 
 class ShopEnv:
-    """WebShop's text shop over a generated (or real) catalog. See the README section `shop`.
+    """WebShop's text shop over a generated (or real) catalog. See docs/envs.md, section `shop`.
 
     n_products: size of the generated catalog (ignored with `data`).
     seed: generator and split seed.

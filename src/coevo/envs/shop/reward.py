@@ -1,4 +1,4 @@
-"""WebShop's purchase reward (REFERENCE §3), with a documented substitute for its noun tagger.
+"""WebShop's purchase reward (its `get_reward`), with a documented substitute for its noun tagger.
 
     reward = type_score * (matched attributes + matched options + price_ok)
                         / (n_goal_attributes + n_goal_options + 1)
@@ -21,7 +21,7 @@ rapidfuzz's `default_process` (lower case, non-alphanumerics to spaces), and the
 rounded to an integer before the `> 85` test. WebShop tags nouns with spaCy's
 `en_core_web_lg`, which no package registry ships. The substitute, `nouns()`: every alphabetic
 word of two or more letters that is not a function word, a number word or one of a short list
-of frequent product adjectives; the README gives its measured distance from spaCy.
+of frequent product adjectives; docs/envs.md gives its measured distance from spaCy.
 """
 
 from __future__ import annotations
