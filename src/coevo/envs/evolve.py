@@ -9,6 +9,11 @@
   exploration yields (no default: each env knows what a task of its own is);
 - `task_key(task) -> str`: what makes two tasks the same task, for the duplicate and test
   checks (default: the instruction's words);
+- `valid_actions() -> list[str]`: the replies an explorer may send in the env's current
+  episode, each `Thought: ...\nAction: ...` (`react.format_reply`) with an action the env
+  accepts now and a thought saying what it is for (sql: `Task: <question>` for a query): the
+  action space of the `random` and `guided` explorers (no default: only the env knows what
+  is valid in its state);
 - `TEXT_DEDUP` (a module constant, or an env attribute `text_dedup`): False when the key alone
   tells tasks apart and similar instructions do not make duplicates (ScienceWorld's
   variations differ by a word or two of a generated description).
@@ -75,13 +80,32 @@ def exploration_task(env: Env, task: Task, context: str, key: str) -> Task:
     return replace(task, id=f"explore/{key}/{task.id}", split="train", instruction=context)
 
 
-def require(env: Env) -> None:
-    """Raise the clear error now if `env` cannot turn explorations into tasks."""
+def require(env: Env, *, walk: bool = False) -> None:
+    """Raise the clear error now if `env` cannot turn explorations into tasks, or (`walk`:
+    the random and guided explorers) cannot say which actions are valid."""
     if _find(env, "tasks_from_exploration") is None:
         raise EnvError(
             f"Env {getattr(env, 'name', env)!r} cannot turn explorations into tasks: give it a "
             "tasks_from_exploration(trajectory) method (coevo.envs.evolve) to use agent_data."
         )
+    if walk:
+        _lister(env)
+
+
+def _lister(env: Env) -> Callable[[], list[str]]:
+    fn = _find(env, "valid_actions")
+    if fn is None:
+        raise EnvError(
+            f"Env {getattr(env, 'name', env)!r} cannot list its valid actions, which the random "
+            "and guided explorers choose from: give it a valid_actions() method "
+            "(coevo.envs.evolve), or use agent_data.explorer.kind=llm."
+        )
+    return fn
+
+
+def valid_actions(env: Env) -> list[str]:
+    """The replies the env accepts in its current episode (see the module docstring)."""
+    return list(_lister(env)())
 
 
 def tasks_from_exploration(env: Env, trajectory: Trajectory) -> list[Candidate]:

@@ -207,9 +207,18 @@ GRPO_METHODS = ("grpo", "agent_data")
 
 @dataclass
 class ExplorerSection:
-    """Who reflects and explores in `agent_data`: the current agent (the default), another
-    local model (`path` or `name`), or an OpenAI-compatible server (`server`)."""
+    """Who explores in `agent_data`: a model that reflects on the signals (`kind: llm`: the
+    current agent, the default; another local model, `path` or `name`; or an OpenAI-compatible
+    server, `server`), or a walk over the env's valid actions without a model (`random`,
+    `guided`; coevo.methods.agent_data.walk)."""
 
+    kind: Literal["llm", "random", "guided"] = "llm"
+    """llm: a model reflects on each signal and explores under its context (the paper's way);
+    random: uniform over the env's valid actions from random train tasks, no signal (the
+    paper's random-exploration ablation); guided: the same actions steered by the signals
+    (boundary states, forgotten attempts replayed and varied, rare patterns weighted up),
+    without a model: new, not the paper's. random and guided need the env's valid_actions
+    (shop, sql)."""
     path: str | None = None
     """A local Hugging Face checkpoint directory to explore with."""
     name: str | None = None
@@ -239,7 +248,8 @@ class AgentDataSection:
     signals: list[str] = field(default_factory=lambda: list(SIGNAL_KINDS))
     """Signal kinds used: any of forgetting, boundary, rare (ablations: one alone)."""
     random_exploration: bool = False
-    """Ablation: explore from random train tasks with no signal and no reflection."""
+    """Ablation: explore from random train tasks with no signal and no reflection (the llm
+    explorer's; explorer.kind=random always starts at random train tasks)."""
     verify: bool = True
     """Check candidates in the env (expert replays to 1.0 twice alike, no duplicate, no test
     task); false is the ablation where every candidate joins."""
@@ -270,6 +280,17 @@ class AgentDataSection:
                 f"agent_data.mixture must be in [0, 1) (a share of each batch), got {self.mixture}."
             )
         ex = self.explorer
+        if ex.kind != "llm" and (ex.path, ex.name, ex.server) != (None, None, None):
+            raise ConfigError(
+                f"agent_data.explorer.kind={ex.kind} explores without a model, but "
+                "explorer.path, .name or .server is set: drop them, or use kind=llm."
+            )
+        if ex.kind == "guided" and self.random_exploration:
+            raise ConfigError(
+                "agent_data.explorer.kind=guided follows the signals, and "
+                "agent_data.random_exploration=true drops them: use explorer.kind=random for "
+                "the signal-free walk."
+            )
         if ex.path is not None and ex.name is not None:
             raise ConfigError("agent_data.explorer.path and .name are both set: give one.")
         if ex.server is not None and not ex.server_model:

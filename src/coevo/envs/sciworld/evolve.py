@@ -1,14 +1,17 @@
 """ScienceWorld's side of agent-data co-evolution: the simulator defines the goals, so an
 exploration of a weak task yields the variations of its task type nearest to it that the
 train set lacks, from the package's *train* variations only (dev and test variations are the
-test splits')."""
+test splits'). The explorers without a model walk over the simulator's own list of valid
+actions."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from coevo.envs.evolve import Candidate
+from coevo.envs.react import format_reply
 from coevo.envs.sciworld.manifest import task_row
+from coevo.envs.sciworld.simulator import SimulatorError
 from coevo.trajectory import Task, Trajectory
 
 NEAREST = 2
@@ -32,6 +35,30 @@ def action_pattern(env: Any, action: str) -> str:
     }:
         return f"{words[0]} {words[1]}"
     return words[0]
+
+
+def valid_actions(env: Any) -> list[str]:
+    """The simulator's valid action-object combinations in the current state, sorted, without
+    `focus on ...`: focusing commits to an answer and a wrong focus ends the episode, so an
+    explorer that focused at random would see little else. The simulator's parser refuses a
+    few of its own combinations (about 1 step in 10 of a random walk: `pour bee 2 into flower
+    pot 2`), which then cost a step like any unknown action."""
+    # SciWorldEnv keeps the episode's task and clock: read them here.
+    if env._task is None or not env._clock.running:
+        return []
+    try:
+        found = env.sim.call(_valid_combinations)
+    except SimulatorError:  # the JVM was replaced and the episode's world is gone
+        return []
+    return [
+        format_reply("I try something this room allows.", a)
+        for a in sorted(set(found))
+        if not a.startswith("focus on")
+    ]
+
+
+def _valid_combinations(server: Any) -> list[str]:
+    return [str(a) for a in server.getValidActionObjectCombinations()]
 
 
 def nearest_missing(variation: int, train: list[int], have: set[int], n: int) -> list[int]:

@@ -1,5 +1,6 @@
-"""The shop's side of agent-data co-evolution: action patterns, and goals made from what an
-explorer bought (through the instruction maker the task generator uses)."""
+"""The shop's side of agent-data co-evolution: action patterns, the actions valid on the page
+shown (for the explorers without a model), and goals made from what an explorer bought
+(through the instruction maker the task generator uses)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,21 @@ import re
 from typing import Any
 
 from coevo.envs.evolve import Candidate
+from coevo.envs.react import format_reply
+from coevo.envs.shop.catalog import Catalog
 from coevo.envs.shop.goals import goal_data, instruction_text, price_upper
 from coevo.envs.shop.pages import BACK, BUY, NEXT, PREV, SUB_PAGES, parse_action
 from coevo.trajectory import Task, Trajectory
 
 _ASIN = re.compile(r"^[A-Z0-9]{10}$")
 _CLICKS = {BACK: "back", NEXT: "next", PREV: "prev", BUY: "buy"}
+_WHY = {
+    "item": "I open {label} to see its options.",
+    "option": "I choose {label}.",
+    "buy": "I buy this product with the options chosen.",
+    "sub": "I read the {label} of this product.",
+}
+_searches: dict[str, tuple[str, ...]] = {}
 
 
 def action_pattern(env: Any, action: str) -> str:
@@ -32,6 +42,35 @@ def action_pattern(env: Any, action: str) -> str:
     if _ASIN.match(act.arg.strip()):
         return "click:item"
     return "click:option"
+
+
+def valid_actions(env: Any) -> list[str]:
+    """On the search page, searches built from the catalog's words (`searches`); on any other
+    page, a click on each label it shows."""
+    # ShopEnv keeps the page on screen and the episode's clock: read them here.
+    page, clock = env._page, env._clock
+    if not clock.running:
+        return []
+    if page.name == "search":
+        return [format_reply(f"I search for {q}.", f"search[{q}]") for q in searches(env.catalog)]
+    return [
+        format_reply(_WHY.get(target[0], "I click {label}.").format(label=label), f"click[{label}]")
+        for label, target in page.clickables.items()
+        if not set(label) & set("[]\n")  # a bracket in a label would end the action early
+    ]
+
+
+def searches(catalog: Catalog) -> tuple[str, ...]:
+    """Every product type of the catalog, alone and after each attribute its products have
+    (`stainless steel tea kettle`): searches that find products, in a fixed order."""
+    key = str(catalog.path.resolve())
+    if key not in _searches:
+        made: list[str] = []
+        for query, ids in sorted(catalog.ids_by_query().items()):
+            attributes = sorted({a for pid in ids for a in catalog.product(pid).attributes})
+            made += [query, *(f"{a} {query}" for a in attributes)]
+        _searches[key] = tuple(dict.fromkeys(q for q in made if q.strip()))
+    return _searches[key]
 
 
 def tasks_from_exploration(env: Any, trajectory: Trajectory) -> list[Candidate]:

@@ -1,6 +1,7 @@
-"""sql's side of agent-data co-evolution: statement shapes as action patterns, and tasks made
-from the queries an explorer ran (the query is the gold; the question is the explorer's own,
-written as `Task: ...` in its thought, or a template description)."""
+"""sql's side of agent-data co-evolution: statement shapes as action patterns, the statements
+valid now (for the explorers without a model), and tasks made from the queries an explorer ran
+(the query is the gold; the question is the explorer's own, written as `Task: ...` in its
+thought, or a template description)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import re
 from typing import Any
 
 from coevo.envs.evolve import Candidate, agent_actions
+from coevo.envs.react import format_reply
+from coevo.envs.sql.actions import statements
 from coevo.envs.sql.env import extract_sql
 from coevo.envs.sql.sandbox import lead_keyword
 from coevo.envs.sql.spider import tables_in_query
@@ -26,6 +29,10 @@ _CLAUSES = (
 _QUESTION = re.compile(r"(?:task|question)\s*:\s*(.+)", re.I | re.S)
 _MAX_QUESTION = 300
 _SHOW = re.compile(r"^(show\s+tables|desc(ribe)?\s)", re.I)
+_INSPECT = "I look at how the database is laid out."
+MIN_STEPS = 3
+"""`submit` is valid from this step on (the paper: a task needs at least 3 steps that ran),
+and only after a query that returned rows."""
 
 
 def action_pattern(env: Any, action: str) -> str:
@@ -39,6 +46,22 @@ def action_pattern(env: Any, action: str) -> str:
     if not lead:
         return "invalid"
     return "+".join([lead, *(name for name, rx in _CLAUSES if rx.search(sql))])
+
+
+def valid_actions(env: Any) -> list[str]:
+    """The statements generated from the episode's database (`coevo.envs.sql.actions`), each
+    with its question as `Task: ...` in the thought, and `submit` once it makes sense."""
+    # SqlEnv keeps the episode's task, clock and last result for scoring: read them here.
+    task, clock, last = env._task, env._clock, env._last
+    if task is None or not clock.running:
+        return []
+    replies = [
+        format_reply(f"Task: {s.question}" if s.question else _INSPECT, s.sql)
+        for s in statements(env.sandbox(task.data["db_id"]))
+    ]
+    if clock.steps >= MIN_STEPS and last is not None and last.ok and last.rows:
+        replies.append(format_reply("The last result answers a question; I submit it.", "submit"))
+    return replies
 
 
 def question_of(thought: str) -> str | None:

@@ -6,11 +6,14 @@ intervals `grpo-<i>` (their rollouts stored per step, as the `grpo` method store
 end every `agent_data.synthesis_every` and every `grpo.eval_every` steps. After an interval
 that ends a round, stage `evolve-<i>`:
 1. signals: forgetting, boundary and rare over the round's steps (history: all steps before);
-2. reflection: the explorer reads the chosen signals' trajectories, writes a context;
+2. reflection: the explorer reads the chosen signals' trajectories, writes a context
+   (`agent_data.explorer.kind` llm; the random and guided explorers of `walk` plan instead);
 3. exploration: goal-free episodes under those contexts, stored (stage `evolve-<i>`);
 4. synthesis: the env turns each exploration into candidate tasks;
 5. verification: the env confirms them; the verified ones are stored with their provenance
    and join the train set, mixed into every later batch at `agent_data.mixture`.
+The round's counts are the stage's EvolveRecord; `round.json` adds the explorer's kind and
+the synthesized tasks' share of the batches (`summary`).
 After an interval that ends at an evaluation step, `eval-<i>` as in `grpo`. Every stage
 resumes after a kill: GRPO from its checkpoints, an evolve stage from its stored explorations.
 """
@@ -38,8 +41,10 @@ from coevo.methods.agent_data.explore import (
     reflection_prompt,
 )
 from coevo.methods.agent_data.signals import KINDS, Signal, rare_can_fire, step_signals
+from coevo.methods.agent_data.summary import batch_share, describe_round, write_summary
 from coevo.methods.agent_data.synthesize import synthesize
 from coevo.methods.agent_data.verify import verify
+from coevo.methods.agent_data.walk import plan_round, rarity, walks
 from coevo.methods.grpo import grpo_stage, interval_ends
 from coevo.methods.run import VALID, Run, StageModel
 from coevo.methods.start import shared_start
@@ -57,7 +62,8 @@ def run_agent_data(run: Run) -> None:
     start = shared_start(run)
     train = run.tasks("train")
     with _env(run) as env:
-        require(env)  # before any training: an env that cannot synthesize says so now
+        # Before any training: an env that cannot synthesize (or walk) says so now.
+        require(env, walk=cfg.agent_data.explorer.kind != "llm")
     n = cfg.grpo.tasks_per_step * cfg.grpo.samples
     if "rare" in cfg.agent_data.signals and not rare_can_fire(n, cfg.agent_data.theta):
         console.print(
@@ -180,16 +186,22 @@ def evolve_stage(
     def stage(out: Path) -> EvolveRecord:
         played = played_steps(run, steps[-1])
         explorer_policy = cache(lambda: explorer(run, model))  # loaded once, if at all
+        earlier = run.store.synthesized()
         with _env(run) as env:
             found, per_step = round_signals(run, env, played, steps)
             with (out / "signals.jsonl").open("w", encoding="utf-8") as f:
                 f.writelines(json.dumps(r) + "\n" for r in found)
-            seeds, contexts, malformed = _reflected(
-                run, explorer_policy, out, found, played, train, seed, interval
-            )
-            explorations = _explorations(
-                run, explorer_policy, env, name, interval, seeds, contexts, seed
-            )
+            if ad.explorer.kind == "llm":
+                seeds, contexts, malformed = _reflected(
+                    run, explorer_policy, out, found, played, train, seed, interval
+                )
+                play = _played_by(run, explorer_policy, env, seeds, contexts, seed)
+            else:
+                seeds, contexts, play = _walks(
+                    run, env, found, played, steps, train, seed, interval
+                )
+                malformed = 0
+            explorations = _explorations(run, name, interval, seeds, play)
             provenance = [
                 {"exploration": row.id, "context": c, "signal": s.signal}
                 for row, s, c in zip(explorations, seeds, contexts, strict=True)
@@ -197,7 +209,7 @@ def evolve_stage(
             made = synthesize(
                 env, [r.trajectory for r in explorations], provenance, prefix=str(interval)
             )
-            known = train + [s.task for s in run.store.synthesized() if s.stage != name]
+            known = train + [s.task for s in earlier if s.stage != name]
             checked = verify(env, made.candidates, known, held_out(env, run), enabled=ad.verify)
         run.store.add_synthesized(
             [(c.task, c.origin) for c in checked.accepted], stage=name, round=interval
@@ -205,7 +217,7 @@ def evolve_stage(
         rejected = dict(checked.rejected)
         if malformed + made.malformed:
             rejected["malformed"] = malformed + made.malformed
-        return EvolveRecord(
+        record = EvolveRecord(
             round=interval,
             steps=steps,
             signals={kind: sum(r["kind"] == kind for r in found) for kind in KINDS},
@@ -216,6 +228,14 @@ def evolve_stage(
             rejected=rejected,
             train_tasks=len(run.store.synthesized()),
         )
+        episodes = [r.trajectory for step in steps for r in played.get(step, [])]
+        share = batch_share(episodes, earlier)
+        next_share = min(record.train_tasks, round(ad.mixture * cfg.grpo.tasks_per_step))
+        summary = write_summary(
+            out, record, ad.explorer.kind, share, next_share / cfg.grpo.tasks_per_step
+        )
+        console.print(f"agent_data round {interval}: {describe_round(summary)}")
+        return record
 
     inputs = {
         "model": str(model.path),
@@ -324,31 +344,62 @@ def pick_records(found: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 
 
 def _explorations(
-    run: Run,
-    explorer_policy: Callable[[], Policy],
-    env: Env,
-    name: str,
-    interval: int,
-    seeds: list[Seed],
-    contexts: list[str | None],
-    seed: int,
+    run: Run, name: str, interval: int, seeds: list[Seed], play: Callable[[], list[Trajectory]]
 ) -> list[StoredTrajectory]:
     """The round's exploration episodes, played once and stored (read back on a rerun)."""
     stored = list(run.store.stored_trajectories(stage=name))
     if not stored and seeds:
-        ex = run.config.agent_data.explorer
-        sampling = Sampling(temperature=ex.temperature, max_new_tokens=ex.max_new_tokens)
-        played: list[Trajectory] = explore(
-            explorer_policy(),
-            run.pool,
-            env,
-            seeds,
-            contexts,
-            sampling,
-            seed=seed,
-            max_length=run.config.model.max_length,
-            batch_size=run.config.grpo.rollout_batch_size,
-        )
-        run.store.add_trajectories(played, iteration=interval, stage=name)
+        run.store.add_trajectories(play(), iteration=interval, stage=name)
         stored = list(run.store.stored_trajectories(stage=name))
     return stored
+
+
+def _played_by(
+    run: Run,
+    explorer_policy: Callable[[], Policy],
+    env: Env,
+    seeds: list[Seed],
+    contexts: list[str | None],
+    seed: int,
+) -> Callable[[], list[Trajectory]]:
+    """How the `llm` explorer plays the round's explorations under their contexts."""
+    ex = run.config.agent_data.explorer
+    sampling = Sampling(temperature=ex.temperature, max_new_tokens=ex.max_new_tokens)
+    return lambda: explore(
+        explorer_policy(),
+        run.pool,
+        env,
+        seeds,
+        contexts,
+        sampling,
+        seed=seed,
+        max_length=run.config.model.max_length,
+        batch_size=run.config.grpo.rollout_batch_size,
+    )
+
+
+def _walks(
+    run: Run,
+    env: Env,
+    found: list[dict[str, Any]],
+    played: dict[int, list[StoredTrajectory]],
+    steps: list[int],
+    train: list[Task],
+    seed: int,
+    interval: int,
+) -> tuple[list[Seed], list[str | None], Callable[[], list[Trajectory]]]:
+    """The explorations of the `random` or `guided` explorer (`walk`): their seeds, contexts,
+    and how to play them. Guided weighs patterns by the round's own rollouts."""
+    ad = run.config.agent_data
+    guided = ad.explorer.kind == "guided"
+    chosen = pick_records(found, ad.explorations) if guided else []
+    seeds, plans = plan_round(env, chosen, played, train, ad.explorations, seed, interval)
+    weight = None
+    if guided:
+        episodes = [r.trajectory for step in steps for r in played.get(step, [])]
+        weight = rarity(episodes, action_pattern(env))
+
+    def play() -> list[Trajectory]:
+        return walks(env, seeds, plans, seed=seed, weight=weight)
+
+    return seeds, [p.context for p in plans], play
