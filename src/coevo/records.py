@@ -184,6 +184,12 @@ class EvolveRecord(_Plain):
     """Reason (malformed, test_overlap, duplicate, unsolvable, nondeterministic) -> count."""
     train_tasks: int = 0
     """Synthesized tasks in the train set after the round (all rounds so far)."""
+    explorer: str = "llm"
+    """Who explored: `llm` (a policy), `random` or `guided` walks (`agent_data.explorer.kind`)."""
+    batch_share: float = 0.0
+    """Share of the round's GRPO episodes that played a synthesized task (earlier rounds')."""
+    next_batch_share: float = 0.0
+    """Share of each later batch that the mixture gives synthesized tasks after the round."""
 
 
 @dataclass(frozen=True)

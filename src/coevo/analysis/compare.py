@@ -214,9 +214,9 @@ def to_markdown(tables: dict[str, Any]) -> str:
             "",
             "### Agent-data rounds (signals of the round's steps; tasks synthesized from them)",
             "",
-            "| method | env | seed | round | forgetting | boundary | rare | explorations | "
-            "candidates | verified | rejected |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| method | env | seed | round | explorer | forgetting | boundary | rare | "
+            "explorations | candidates | verified | rejected | synthesized share of batches |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for method, records in rounds.items():
             for r in records:
@@ -224,9 +224,11 @@ def to_markdown(tables: dict[str, Any]) -> str:
                     str(r["signals"].get(k, 0)) for k in ("forgetting", "boundary", "rare")
                 )
                 rejected = ", ".join(f"{k} {v}" for k, v in sorted(r["rejected"].items())) or "-"
+                share = f"{r.get('batch_share', 0):.0%} -> {r.get('next_batch_share', 0):.0%}"
                 lines.append(
-                    f"| {method} | {r['env']} | {r['seed']} | {r['round']} | {signals} | "
-                    f"{r['explorations']} | {r['candidates']} | {r['verified']} | {rejected} |"
+                    f"| {method} | {r['env']} | {r['seed']} | {r['round']} | "
+                    f"{r.get('explorer', 'llm')} | {signals} | {r['explorations']} | "
+                    f"{r['candidates']} | {r['verified']} | {rejected} | {share} |"
                 )
     if tables["outcomes"]:
         envs = sorted({c.rsplit(" ", 1)[0] for cells in tables["outcomes"].values() for c in cells})

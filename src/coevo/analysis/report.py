@@ -358,15 +358,17 @@ def _rounds(runs: list[RunSummary]) -> str:
             rejected = ", ".join(f"{k} {v}" for k, v in sorted(r.rejected.items())) or "-"
             steps = f"{r.steps[0]}-{r.steps[-1]}" if r.steps else "-"
             signals = [r.signals.get(k, 0) for k in ("forgetting", "boundary", "rare")]
+            share = f"{r.batch_share:.0%} -> {r.next_batch_share:.0%}"
             rows.append([
-                run.method, run.seed if run.seed is not None else "-", r.round, steps, *signals,
-                r.explorations, r.candidates, r.verified, rejected, r.train_tasks,
+                run.method, run.seed if run.seed is not None else "-", r.round, steps, r.explorer,
+                *signals, r.explorations, r.candidates, r.verified, rejected, r.train_tasks, share,
             ])  # fmt: skip
     if not rows:
         return ""
     head = [
-        "method", "seed", "round", "steps", "forgetting", "boundary", "rare", "explorations",
-        "candidates", "verified", "rejected", "synthesized in train",
+        "method", "seed", "round", "steps", "explorer", "forgetting", "boundary", "rare",
+        "explorations", "candidates", "verified", "rejected", "synthesized in train",
+        "synthesized share of batches (this round -> next)",
     ]  # fmt: skip
     note = (
         '<p class="note">Each round: the weakness signals of its GRPO steps, the exploration '

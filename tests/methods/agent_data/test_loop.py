@@ -110,7 +110,9 @@ def test_compare_has_the_run_and_a_rerun_skips_every_stage(run_dir):
     assert "agent_data" in tables["rows"]
     (round_1,) = tables["rounds"]["agent_data"]
     assert round_1["round"] == 1 and round_1["signals"] == evolve_record(run_dir).signals
-    assert "### Agent-data rounds" in to_markdown(tables)
+    assert round_1["explorer"] == "llm" and 0 <= round_1["batch_share"] <= 1
+    table = to_markdown(tables)
+    assert "### Agent-data rounds" in table and "synthesized share of batches" in table
     before = manifest_times(run_dir)
     execute(build(RunConfig, VALUES), run_dir, quiet=True)
     assert manifest_times(run_dir) == before

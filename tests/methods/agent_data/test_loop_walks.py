@@ -1,6 +1,6 @@
 """agent_data on sql with the explorers without a model (`random`, `guided`) on a nano agent:
-a round verifies tasks found by the walks, they join the next batch, and `round.json` has the
-round's counts."""
+a round verifies tasks found by the walks, they join the next batch, and the round's record
+(the stage's manifest, which `coevo compare` and `coevo report` read) has its counts."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def store_rows(run: Path) -> list:
 
 
 def round_summary(run: Path) -> dict:
-    return json.loads((run / "stages/evolve-1/round.json").read_text())
+    return json.loads((run / "stages/evolve-1/manifest.json").read_text())["outputs"]
 
 
 def test_a_random_round_on_sql_verifies_tasks_that_join_the_next_batch(random_run):

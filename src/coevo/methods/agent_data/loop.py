@@ -12,8 +12,9 @@ that ends a round, stage `evolve-<i>`:
 4. synthesis: the env turns each exploration into candidate tasks;
 5. verification: the env confirms them; the verified ones are stored with their provenance
    and join the train set, mixed into every later batch at `agent_data.mixture`.
-The round's counts are the stage's EvolveRecord; `round.json` adds the explorer's kind and
-the synthesized tasks' share of the batches (`summary`).
+The round's counts are the stage's EvolveRecord: signals by kind, explorations, candidates,
+verified, rejected by reason, the explorer's kind and the synthesized tasks' share of the
+batches (`coevo compare` and `coevo report` show them).
 After an interval that ends at an evaluation step, `eval-<i>` as in `grpo`. Every stage
 resumes after a kill: GRPO from its checkpoints, an evolve stage from its stored explorations.
 """
@@ -41,7 +42,7 @@ from coevo.methods.agent_data.explore import (
     reflection_prompt,
 )
 from coevo.methods.agent_data.signals import KINDS, Signal, rare_can_fire, step_signals
-from coevo.methods.agent_data.summary import batch_share, describe_round, write_summary
+from coevo.methods.agent_data.summary import batch_share, describe_round
 from coevo.methods.agent_data.synthesize import synthesize
 from coevo.methods.agent_data.verify import verify
 from coevo.methods.agent_data.walk import plan_round, rarity, walks
@@ -217,6 +218,9 @@ def evolve_stage(
         rejected = dict(checked.rejected)
         if malformed + made.malformed:
             rejected["malformed"] = malformed + made.malformed
+        synthesized = len(run.store.synthesized())
+        episodes = [r.trajectory for step in steps for r in played.get(step, [])]
+        mixed = min(synthesized, round(ad.mixture * cfg.grpo.tasks_per_step))
         record = EvolveRecord(
             round=interval,
             steps=steps,
@@ -226,15 +230,12 @@ def evolve_stage(
             candidates=len(made.candidates),
             verified=len(checked.accepted),
             rejected=rejected,
-            train_tasks=len(run.store.synthesized()),
+            train_tasks=synthesized,
+            explorer=ad.explorer.kind,
+            batch_share=batch_share(episodes, earlier),
+            next_batch_share=mixed / cfg.grpo.tasks_per_step,
         )
-        episodes = [r.trajectory for step in steps for r in played.get(step, [])]
-        share = batch_share(episodes, earlier)
-        next_share = min(record.train_tasks, round(ad.mixture * cfg.grpo.tasks_per_step))
-        summary = write_summary(
-            out, record, ad.explorer.kind, share, next_share / cfg.grpo.tasks_per_step
-        )
-        console.print(f"agent_data round {interval}: {describe_round(summary)}")
+        console.print(f"agent_data round {interval}: {describe_round(record)}")
         return record
 
     inputs = {

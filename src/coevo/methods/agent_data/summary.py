@@ -1,14 +1,9 @@
-"""What an agent-data round records beside its EvolveRecord: the explorer's kind and the
-synthesized tasks' share of the GRPO batches, written with the record's counts (signals by
-kind, explorations, candidates, verified, rejected by reason) to the stage's `round.json`, and
-said in one line on the console."""
+"""The synthesized tasks' share of an agent-data round's GRPO batches, and the round said in
+one line on the console (its counts are the stage's EvolveRecord)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 from coevo.records import EvolveRecord
 from coevo.store import StoredSynthesized
@@ -21,28 +16,13 @@ def batch_share(episodes: Sequence[Trajectory], synthesized: Sequence[StoredSynt
     return sum(t.task.id in ids for t in episodes) / len(episodes) if episodes else 0.0
 
 
-def write_summary(
-    out: Path, record: EvolveRecord, explorer: str, share: float, next_share: float
-) -> dict[str, Any]:
-    """`round.json` in the stage folder `out`: the record, `explorer` (its kind),
-    `batch_share` (synthesized share of the round's own batches: earlier rounds' tasks) and
-    `next_batch_share` (the share the mixture gives each batch after the round)."""
-    summary = {
-        **record.to_dict(),
-        "explorer": explorer,
-        "batch_share": share,
-        "next_batch_share": next_share,
-    }
-    (out / "round.json").write_text(json.dumps(summary, indent=2))
-    return summary
-
-
-def describe_round(summary: dict[str, Any]) -> str:
-    signals = ", ".join(f"{k} {v}" for k, v in summary["signals"].items())
-    rejected = ", ".join(f"{k} {v}" for k, v in summary["rejected"].items()) or "none"
+def describe_round(record: EvolveRecord) -> str:
+    """The round in one line, for the console."""
+    signals = ", ".join(f"{k} {v}" for k, v in record.signals.items())
+    rejected = ", ".join(f"{k} {v}" for k, v in record.rejected.items()) or "none"
     return (
-        f"signals {signals}; {summary['explorer']} explorations {summary['explorations']}, "
-        f"candidates {summary['candidates']}, verified {summary['verified']}, rejected "
-        f"{rejected}; synthesized share of the round's batches {summary['batch_share']:.0%}, "
-        f"of the next ones {summary['next_batch_share']:.0%}"
+        f"signals {signals}; {record.explorer} explorations {record.explorations}, "
+        f"candidates {record.candidates}, verified {record.verified}, rejected "
+        f"{rejected}; synthesized share of the round's batches {record.batch_share:.0%}, "
+        f"of the next ones {record.next_batch_share:.0%}"
     )
