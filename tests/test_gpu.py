@@ -116,3 +116,47 @@ def test_a_nano_eto_run_on_cuda_end_to_end(tmp_path):
     with Store(run, readonly=True) as store:
         for split in ("test_seen", "test_unseen"):
             assert store.trajectories(stage=f"eval-1-{split}")
+
+
+def test_bf16_cuda_graph_decoding_gives_the_eager_loops_replies(toy_agent_dir):
+    """`decode="graphs"` (opt-in: a compiled step replayed as CUDA graphs) against
+    the eager loop in bf16: greedy replies, alone and over sessions, differ in at most
+    MISMATCH of rows; the graphs are captured once and replayed on the next call; an in-place
+    weight update (an optimizer step) reaches the replays with no new capture."""
+    from coevo.policy.hf import HFPolicy
+
+    eager = HFPolicy(toy_agent_dir, dtype="bfloat16", device="cuda", decode="eager")
+    graphs = HFPolicy(
+        toy_agent_dir, model=eager.model, dtype="bfloat16", device="cuda", decode="graphs"
+    )
+    assert graphs.decode == "graphs" and graphs.decoder is not None
+    env = ToyEnv()
+    tasks = env.tasks("train") + env.tasks("test_seen") + env.tasks("test_unseen")
+    firsts = [[Turn("user", f"{env.instruction_prompt}\n\n{env.reset(t)[0]}")] for t in tasks]
+    prompts = [render_prompt(t, eager.tokenizer) for t in firsts]
+    sampling = Sampling(max_new_tokens=32, logprobs=True)
+
+    def differ(a, b) -> int:
+        return sum(x.token_ids != y.token_ids for x, y in zip(a, b, strict=True))
+
+    keys = [t.id for t in tasks]
+    replies = graphs.generate(prompts, sampling, sessions=keys)
+    assert graphs.decoder.fallback is None, graphs.decoder.fallback
+    assert differ(replies, eager.generate(prompts, sampling)) <= MISMATCH * len(prompts)
+    captured = graphs.decoder.captures
+    assert captured >= 1
+    graphs.generate(prompts, sampling)
+    assert graphs.decoder.captures == captured  # the same bucket: replayed
+    seconds = [[*t, Turn("assistant", r.text), Turn("user", "Observation: try again.")]
+               for t, r in zip(firsts, replies, strict=True)]  # fmt: skip
+    later = [render_prompt(t, eager.tokenizer) for t in seconds]
+    kept = graphs.generate(later, sampling, sessions=keys)  # only the new turns run
+    assert differ(kept, eager.generate(later, sampling)) <= MISMATCH * len(later)
+    captured = graphs.decoder.captures
+    with torch.no_grad():
+        for p in eager.model.parameters():
+            p.mul_(1.25)
+    moved = graphs.generate(prompts, sampling)
+    assert differ(moved, eager.generate(prompts, sampling)) <= MISMATCH * len(prompts)
+    assert graphs.decoder.fallback is None
+    assert graphs.decoder.captures == captured  # updated in place: replayed, not recaptured

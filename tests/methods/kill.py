@@ -14,12 +14,26 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_until_rows(
-    recipe: Path, run: Path, query: str, *, env: dict[str, str] | None = None, timeout: float = 600
+    recipe: Path,
+    run: Path,
+    query: str,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+    stop_at: tuple[str, str, str] | None = None,
 ) -> list[tuple]:
     """Start `coevo run recipe --out run` in its own process group, poll its store with `query`
     and kill the group (SIGKILL) as soon as the query returns rows, or when it gives up after
-    `timeout` seconds or the run ends first. Returns those rows (empty: never reached)."""
-    cmd = [sys.executable, "-m", "coevo.cli", "run", str(recipe), "--out", str(run)]
+    `timeout` seconds or the run ends first. Returns those rows (empty: never reached).
+
+    `stop_at` (target, key=value, before|after; `tests.methods.stopping`) makes the run stop
+    itself at that call, so that on a busy machine it cannot run past the moment the kill is
+    meant for while the poller waits for a core."""
+    run_args = ["run", str(recipe), "--out", str(run)]
+    if stop_at is None:
+        cmd = [sys.executable, "-m", "coevo.cli", *run_args]
+    else:
+        cmd = [sys.executable, "-m", "tests.methods.stopping", *stop_at, *run_args]
     proc = subprocess.Popen(
         cmd,
         cwd=ROOT,

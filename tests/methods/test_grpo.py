@@ -139,7 +139,11 @@ def test_a_run_killed_mid_interval_resumes_to_the_same_result(grpo_run, tmp_path
     config.write_text(yaml.safe_dump(values))
     run = tmp_path / "run"
     reached = run_until_rows(
-        config, run, "SELECT 1 FROM trajectories WHERE stage='grpo-2'", timeout=600
+        config,
+        run,
+        "SELECT 1 FROM trajectories WHERE stage='grpo-2'",
+        timeout=600,
+        stop_at=("coevo.train.grpo:update", "step=3", "before"),  # step 3 played, not trained
     )
     assert reached, "the run never reached the second interval"
     assert not (run / "stages/grpo-2/manifest.json").exists()

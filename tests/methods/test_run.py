@@ -287,6 +287,8 @@ def test_resume_after_kill_mid_iteration(tmp_path):
         run,
         "SELECT id, task, created FROM trajectories WHERE stage='explore-1-target'",
         timeout=240,
+        # Right after the first committed episodes: the exploration has more to play.
+        stop_at=("coevo.store:Store.add_trajectories", "stage=explore-1-target", "after"),
     )
     assert committed, "the run never reached exploration"
     assert not (run / "stages/explore-1-target/manifest.json").exists()

@@ -1,10 +1,11 @@
 """Key/value caches for decoding: room reserved for new tokens, and per-episode sessions.
 
-`prefix_buffers` lays a batch's cached prefixes out side by side and `cache_over` makes a
-transformers `DynamicCache` over them whose layers write new keys/values into reserved room
-(or into row slices, for a prefill fed in groups); `new_cache` serves models with other layer
-kinds. `Session` is what `HFPolicy` keeps per episode between steps, and `cache_keyword` the
-name under which its model's forward takes a cache.
+`prefix_buffers` lays a batch's cached prefixes out side by side (`fill_prefixes` into
+buffers that exist: the fixed-shape decoding of `coevo.policy.static_decode`) and `cache_over`
+makes a transformers `DynamicCache` over them whose layers write new keys/values into reserved
+room (or into row slices, for a prefill fed in groups); `new_cache` serves models with other
+layer kinds. `Session` is what `HFPolicy` keeps per episode between steps, and
+`cache_keyword` the name under which its model's forward takes a cache.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ class Session:
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (kv_heads, len(ids), head_dim)
     """Views into the batch cache the episode last ran in, so keeping them copies nothing;
     `HFPolicy` copies them out only when that batch drops rows (the cache from before the
-    drop is then freed at once rather than held by the sessions viewing it)."""
+    drop is then freed at once rather than held by the sessions viewing it). Fixed-shape
+    decoding reuses its buffers for the next call, so its sessions view one copy per call of
+    the slots its rows used."""
 
 
 def _growing_layer_class() -> type:
@@ -145,6 +148,36 @@ def prefix_buffers(
                 prefix[layer] = None  # type: ignore[call-overload]
         buffers.append((keys, values))
     return buffers
+
+
+def fill_prefixes(
+    buffers: list[tuple[torch.Tensor, torch.Tensor]],
+    prefixes: list[list[tuple[torch.Tensor, torch.Tensor]] | None],
+    ends: list[int],
+) -> None:
+    """`prefix_buffers` into given buffers (rows, kv_heads, room, head_dim) per layer, a few
+    kernels per layer rather than a few per row and layer (on a GPU each is a launch): row i's
+    prefix is written to end at slot `ends[i]`. The slots before are left as they are (the
+    caller keeps them finite and masks them); prefixes are emptied as `prefix_buffers` does."""
+    lengths = [prefix[0][0].shape[1] if prefix else 0 for prefix in prefixes]
+    rows = [i for i, n in enumerate(lengths) if n]
+    if not rows:
+        return
+    device = buffers[0][0].device
+    counts = torch.tensor([lengths[i] for i in rows])
+    starts = torch.tensor([ends[i] - lengths[i] for i in rows])
+    # (tokens,): each cached token's row and slot, the rows one after another
+    row_index = torch.repeat_interleave(torch.tensor(rows), counts)
+    before = torch.repeat_interleave(counts.cumsum(0) - counts, counts)  # its row's first
+    slot_index = torch.repeat_interleave(starts, counts) + torch.arange(len(before)) - before
+    row_index, slot_index = row_index.to(device), slot_index.to(device)
+    for layer, (keys, values) in enumerate(buffers):
+        for target, part in ((keys, 0), (values, 1)):
+            # (kv_heads, tokens, head_dim): one copy of every row's prefix, then one scatter
+            tokens = torch.cat([prefixes[i][layer][part] for i in rows], dim=1)
+            target[row_index, :, slot_index] = tokens.transpose(0, 1)
+        for i in rows:
+            prefixes[i][layer] = None  # type: ignore[call-overload]
 
 
 def cache_over(

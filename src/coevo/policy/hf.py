@@ -6,10 +6,17 @@ string such as "\\nObservation:") leave the batch and stop costing compute, each
 its own seed so a sample does not depend on its batch neighbours, and the log-prob of every
 generated token under the model comes for free. With `sessions`, an episode's key/value cache
 outlives the call, so the next step of a rollout runs the model on the new tokens only.
+
+With `decode="graphs"` the same loop runs over fixed shapes (`coevo.policy.static_decode`):
+finished rows stay in the batch, masked, so that a step can be compiled and replayed as a CUDA
+graph, and the host looks at the tokens every `sync_every` steps rather than at each one. It is
+opt-in until a GPU run has checked it (tests/test_gpu.py) and measured it: `auto` is the eager
+loop on every device for now.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,11 +30,20 @@ from coevo.policy.cache import (
     Session,
     cache_keyword,
     cache_over,
+    fill_prefixes,
     kv_layout,
     new_cache,
     prefix_buffers,
 )
 from coevo.policy.sample import choose
+from coevo.policy.static_decode import (
+    MODES,
+    Decoding,
+    decoder_for,
+    room_bucket,
+    rows_bucket,
+    serves,
+)
 from coevo.render import RenderError, check_chat_template, end_of_turn_ids
 
 DTYPES = {
@@ -57,6 +73,22 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
     return DTYPES[dtype]
 
 
+def resolve_decode(decode: str, device: torch.device) -> str:
+    """The decoding loop `decode` names (see `static_decode.MODES`); `auto` takes the
+    COEVO_DECODE environment variable when it is set (e.g. `eager` turns capture off)."""
+    if decode == "auto":
+        decode = os.environ.get("COEVO_DECODE", "auto") or "auto"
+    if decode not in MODES:
+        raise PolicyError(
+            f"Unknown decode {decode!r} (argument or COEVO_DECODE): use one of {', '.join(MODES)}."
+        )
+    if decode == "auto":
+        # Graphs become the CUDA default once tests/test_gpu.py has passed on a GPU and the
+        # decode benchmark has measured them (issue 37); until then they are opt-in.
+        return "eager"
+    return decode
+
+
 def check_model_dir(path: Path | str, what: str = "model") -> Path:
     """Return `path` if it holds a saved Hugging Face checkpoint, else raise a clear error."""
     path = Path(path)
@@ -74,6 +106,11 @@ class HFPolicy:
     `model`: the checkpoint at `path` already in memory (e.g. just trained), played as it is,
     without loading it again, when it has the policy's dtype; it is moved to the policy's
     device and put in eval mode, and never cast. The tokenizer always comes from `path`.
+
+    `decode`: `eager`, `static`, `graphs` or `auto` (`static_decode.MODES`; `auto` is eager for
+    now: graphs are opt-in until checked on a GPU).
+    The fixed-shape loops serve models on SDPA whose every layer is full attention, the eager
+    loop the others. `sync_every`: tokens the fixed-shape loops choose between looks by the host.
     """
 
     def __init__(
@@ -87,6 +124,8 @@ class HFPolicy:
         name: str | None = None,
         merge_adapter: bool = True,
         max_sessions: int = 1024,
+        decode: str = "auto",
+        sync_every: int = 8,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -116,6 +155,7 @@ class HFPolicy:
         eos = model.generation_config.eos_token_id
         stop.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         self.stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=self.device)
+        self._stop_tuple = tuple(sorted(stop))
         self.max_sessions = max_sessions
         self._sessions: dict[Hashable, Session] = {}
         self._layout = kv_layout(self.model.config)
@@ -123,6 +163,13 @@ class HFPolicy:
         # Prefill groups: on a CPU a pad costs what a token costs; on a GPU padding is
         # nearly free next to another forward's launches, so all rows go in one.
         self.prefill_waste = 0.1 if self.device.type == "cpu" else float("inf")
+        self.decode = resolve_decode(decode, self.device)
+        if sync_every < 1:
+            raise ValueError(f"sync_every must be at least 1, got {sync_every}.")
+        self.sync_every = sync_every
+        # Shared by the policies that wrap this module: its compilation and captures too.
+        static = self.decode != "eager" and self._layout is not None and serves(self.model)
+        self.decoder = decoder_for(self.model, self.decode) if static else None
 
     @staticmethod
     def _with_adapter(model: Any, adapter: Path, merge: bool) -> Any:
@@ -163,6 +210,8 @@ class HFPolicy:
             raise ValueError("Every prompt needs at least one token; build it with render_prompt.")
         prompts = [list(p) for p in prompts]
         generators = self._generators(n, sampling, seeds)
+        if self.decoder is not None and self._layout is not None:
+            return self._generate_static(prompts, sampling, generators, sessions)
         cache, attention, logits, order = self._prefill(prompts, sessions, sampling.max_new_tokens)
         next_position = torch.tensor([[len(prompts[i])] for i in order], device=self.device)
 
@@ -226,11 +275,128 @@ class HFPolicy:
             next_position = next_position + 1
         return [self._completion(tokens[i], logps[i], finish[i], sampling) for i in range(n)]
 
+    def _generate_static(
+        self,
+        prompts: list[list[int]],
+        sampling: Sampling,
+        generators: list[torch.Generator | None],
+        sessions: Sequence[Hashable] | None,
+    ) -> list[Completion]:
+        """`generate` over fixed shapes (`static_decode`): the eager loop's tokens and
+        log-probs, its stop ids found on the device, its stop strings every `sync_every`
+        tokens (tokens after a row's stop are dropped), its sessions kept as copies."""
+        n, steps = len(prompts), sampling.max_new_tokens
+        total = max(len(p) for p in prompts)
+        slots = self.decoder.slots(rows_bucket(n), room_bucket(total + steps + 1), self._layout)
+        _, attention, logits, order = self._prefill(prompts, sessions, steps, kv=slots.kv)
+        run = self.decoder.start(
+            slots,
+            logits,
+            attention,
+            torch.tensor([len(prompts[i]) for i in order], device=self.device),
+            sampling,
+            self._draws(generators, order, steps),
+            self._stop_tuple,
+            self._cache_keyword,
+        )
+        ends: list[int | None] = [None] * n  # batch row -> index of its last token, once known
+        seen: list[list[int]] = [[] for _ in range(n)]  # tokens read so far, for stop strings
+        done = 0
+        while done < steps and None in ends:
+            upto = min(done + self.sync_every, steps)
+            run.advance(upto)
+            stops = run.first_stops()  # the host waits for the device here only
+            if sampling.stop:
+                for row, block in zip(seen, run.tokens(done, upto), strict=True):
+                    row.extend(block)
+                self._find_stop_strings(seen, ends, stops, done, upto, sampling.stop)
+            for b, at in enumerate(stops):
+                if ends[b] is None and at < upto:
+                    ends[b] = at
+            done = upto
+        tokens, logps = run.tokens(0, done), run.logprobs(done)
+        lasts = [steps - 1 if end is None else end for end in ends]
+        out: list[Completion | None] = [None] * n
+        for b, i in enumerate(order):
+            finish = "length" if ends[b] is None else "stop"
+            kept = slice(0, lasts[b] + 1)
+            out[i] = self._completion(tokens[b][kept], logps[b][kept], finish, sampling)
+        if sessions is not None:
+            self._keep_static_sessions(run, prompts, order, tokens, lasts, sessions, total)
+        return out  # type: ignore[return-value]
+
+    def _draws(
+        self, generators: list[torch.Generator | None], order: list[int], steps: int
+    ) -> torch.Tensor | None:
+        """Each batch row's uniform for every step (n, steps), None when greedy. A per-row
+        generator gives its draws in the order the eager loop takes them, one per step (on
+        the CPU the same numbers; on CUDA its own stream, also fixed by the seed). A shared
+        generator gives the eager loop's only while all rows are live."""
+        first = generators[0]
+        if first is None:
+            return None
+        if all(g is first for g in generators):
+            return torch.rand((steps, len(order)), generator=first, device=self.device).T
+        draws = [torch.rand(steps, generator=generators[i], device=self.device) for i in order]
+        return torch.stack(draws)
+
+    def _find_stop_strings(
+        self,
+        seen: list[list[int]],
+        ends: list[int | None],
+        stops: list[int],
+        lo: int,
+        hi: int,
+        stop: tuple[str, ...],
+    ) -> None:
+        """Set `ends[b]` to the first token in [lo, hi) (before the row's first stop id) whose
+        tail holds a stop string: where the eager loop checks, one decode per token."""
+        window = max(len(s) for s in stop) + 2
+        asks = [
+            (b, j)
+            for b, end in enumerate(ends)
+            if end is None
+            for j in range(lo, min(hi, stops[b]))
+        ]
+        tails = self._decode_many([seen[b][max(j + 1 - window, 0) : j + 1] for b, j in asks])
+        for (b, j), tail in zip(asks, tails, strict=True):
+            if ends[b] is None and any(s in tail for s in stop):
+                ends[b] = j
+
+    def _keep_static_sessions(
+        self,
+        run: Decoding,
+        prompts: list[list[int]],
+        order: list[int],
+        tokens: list[list[int]],
+        lasts: list[int],
+        sessions: Sequence[Hashable],
+        total: int,
+    ) -> None:
+        # The buffers serve the next call: copy the slots the rows used, one copy per layer
+        # (on a GPU a copy per row and layer would be thousands of launches), and let each
+        # session view its row of it. The last token never ran: the cache stops before it.
+        lo = total - max(len(p) for p in prompts)
+        hi = total + max(lasts)
+        n = len(order)
+        copies = [(k[:n, :, lo:hi].clone(), v[:n, :, lo:hi].clone()) for k, v in run.slots.kv]
+        for b in sorted(range(n), key=lambda b: lasts[b]):  # in the order rows finished
+            i = order[b]
+            start, end = total - len(prompts[i]) - lo, total + lasts[b] - lo
+            kv = [(k[b, :, start:end], v[b, :, start:end]) for k, v in copies]
+            self._remember(sessions[i], Session(prompts[i] + tokens[b][: lasts[b]], kv))
+
     def _prefill(
-        self, prompts: list[list[int]], sessions: Sequence[Hashable] | None, max_new_tokens: int
+        self,
+        prompts: list[list[int]],
+        sessions: Sequence[Hashable] | None,
+        max_new_tokens: int,
+        kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> tuple[Any, torch.Tensor, torch.Tensor, list[int]]:
         """Run the prompts' uncached tokens; returns the cache, attention mask, next logits
-        and the batch's row order (batch row -> prompt index).
+        and the batch's row order (batch row -> prompt index). With `kv` (per layer
+        (rows >= n, kv_heads, room >= total + max_new_tokens + 1, head_dim)), the keys and
+        values go into its first rows instead of new buffers.
 
         Rows are fed in groups of like uncached length (`length_groups`: a long page beside
         a one-line error message need not share a width), every row of a group its group's
@@ -267,19 +433,24 @@ class HFPolicy:
         ]
         del entries  # the prefixes' views are now the only hold on the old caches
         reserve = max_new_tokens + 1
+        ends = [total - fed[i] for i in order]
         if self._layout is None:
             width = fed[order[0]]
             cache = new_cache(self.model.config, prefixes, width=total - width)
             logits = self._feed([prompts[i] for i in order], cached, width, total, cache)
         else:
-            buffers = prefix_buffers(
-                self._layout,
-                prefixes,
-                [total - fed[i] for i in order],
-                total + reserve,
-                dtype=self.model.dtype,
-                device=self.device,
-            )
+            if kv is None:
+                buffers = prefix_buffers(
+                    self._layout,
+                    prefixes,
+                    ends,
+                    total + reserve,
+                    dtype=self.model.dtype,
+                    device=self.device,
+                )
+            else:
+                buffers = [(k[:n], v[:n]) for k, v in kv]
+                fill_prefixes(buffers, prefixes, ends)
             parts, start = [], 0
             for rows in groups:
                 stop = start + len(rows)
@@ -328,8 +499,11 @@ class HFPolicy:
         # The row's real tokens are the last len(ids) slots of the cache (see _prefill).
         start = cache.layers[0].keys.shape[-2] - len(ids)
         kv = [(layer.keys[row, :, start:], layer.values[row, :, start:]) for layer in cache.layers]
+        self._remember(key, Session(ids, kv))
+
+    def _remember(self, key: Hashable, session: Session) -> None:
         self._sessions.pop(key, None)
-        self._sessions[key] = Session(ids, kv)
+        self._sessions[key] = session
         while len(self._sessions) > self.max_sessions:  # forgotten sessions: drop the oldest
             self._sessions.pop(next(iter(self._sessions)))
 

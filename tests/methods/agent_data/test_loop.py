@@ -155,7 +155,12 @@ def test_a_run_killed_mid_round_resumes_and_finishes(run_dir, tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT)}
     reached = run_until_rows(
-        config, run, "SELECT 1 FROM trajectories WHERE stage='grpo-2'", env=env, timeout=600
+        config,
+        run,
+        "SELECT 1 FROM trajectories WHERE stage='grpo-2'",
+        env=env,
+        timeout=600,
+        stop_at=("coevo.train.grpo:update", "step=2", "before"),  # step 2 played, not trained
     )
     assert reached, "the run never reached the second interval"
     assert (run / "stages/evolve-1/manifest.json").exists()

@@ -1,0 +1,298 @@
+"""Fixed-shape decoding (`static_decode`): the eager loop's replies, compiled or not.
+
+On the CPU in float64, where both loops compute the same products (the static one over more,
+masked, slots), tokens are equal and log-probs agree to 1e-9.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from coevo.policy.base import PolicyError, Sampling
+from coevo.policy.cache import KvLayout, fill_prefixes, prefix_buffers
+from coevo.policy.hf import HFPolicy
+from coevo.policy.static_decode import StaticDecoder, room_bucket, rows_bucket, static_attention
+from coevo.render import render_prompt
+from coevo.trajectory import Turn
+from tests.toy_env import ToyEnv
+
+
+@pytest.fixture(scope="module")
+def gqa_model_dir(nano_model_dir, tmp_path_factory):
+    """The nano checkpoint's tokenizer with a random model whose 4 query heads share 2
+    key/value heads (grouped-query attention, as SmolLM2's 9 share 3)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("gqa")
+    shutil.copytree(nano_model_dir, out, dirs_exist_ok=True)
+    config = AutoConfig.from_pretrained(out)
+    config.num_key_value_heads = 2
+    torch.manual_seed(1)
+    AutoModelForCausalLM.from_config(config).save_pretrained(out)
+    return out
+
+
+def both(path, dtype="float64", **static) -> tuple[HFPolicy, HFPolicy]:
+    """An eager and a static policy over the same module."""
+    eager = HFPolicy(path, dtype=dtype, decode="eager")
+    return eager, HFPolicy(path, model=eager.model, dtype=dtype, decode="static", **static)
+
+
+def varied_prompts(tokenizer) -> list[list[int]]:
+    words = ["fig", "apple", "x", "banana split", "cherry"]
+    turns = [[Turn("user", f"Type {w}. " * (i + 1))] for i, w in enumerate(words)]
+    return [render_prompt(t, tokenizer) for t in turns]
+
+
+def toy_prompts(tokenizer) -> list[list[int]]:
+    env = ToyEnv()
+    tasks = env.tasks("train")[:5]
+    turns = [[Turn("user", f"{env.instruction_prompt}\n\n{env.reset(t)[0]}")] for t in tasks]
+    return [render_prompt(t, tokenizer) for t in turns]
+
+
+def assert_same(static, eager, tolerance: float = 1e-9) -> None:
+    assert [c.token_ids for c in static] == [c.token_ids for c in eager]
+    assert [(c.text, c.finish_reason) for c in static] == [(c.text, c.finish_reason) for c in eager]
+    for a, b in zip(static, eager, strict=True):
+        if b.logprobs is not None:
+            assert a.logprobs == pytest.approx(b.logprobs, abs=tolerance)
+
+
+@pytest.mark.parametrize("model", ["nano", "gqa"])
+@pytest.mark.parametrize(("dtype", "tolerance"), [("float64", 1e-9), ("float32", 1e-5)])
+def test_greedy_replies_equal_the_eager_loops(
+    model, dtype, tolerance, nano_model_dir, gqa_model_dir
+):
+    """Equal tokens; float32 log-probs differ in the last bits (sums over more slots)."""
+    eager, static = both(nano_model_dir if model == "nano" else gqa_model_dir, dtype)
+    prompts = varied_prompts(eager.tokenizer)  # 5 rows of different lengths: 3 pad rows
+    for tokens in (1, 2, 24):
+        sampling = Sampling(max_new_tokens=tokens, logprobs=True, stop=())
+        replies = static.generate(prompts, sampling)
+        assert_same(replies, eager.generate(prompts, sampling), tolerance)
+
+
+@pytest.mark.parametrize("sync_every", [1, 3, 8])
+def test_stop_ids_and_stop_strings_end_rows_where_the_eager_loop_does(
+    sync_every, toy_agent_dir, nano_model_dir
+):
+    eager, static = both(toy_agent_dir, sync_every=sync_every)
+    prompts = toy_prompts(eager.tokenizer)
+    for stop in (("\nObservation:",), ("\nAction:",), ("check",)):  # end of turn, then strings
+        sampling = Sampling(max_new_tokens=40, logprobs=True, stop=stop)
+        replies = static.generate(prompts, sampling)
+        assert_same(replies, eager.generate(prompts, sampling))
+        assert {c.finish_reason for c in replies} == {"stop"}
+    # A random model's replies run on: stop strings taken from one of them end it mid-block.
+    eager, static = both(nano_model_dir, sync_every=sync_every)
+    prompts = varied_prompts(eager.tokenizer)
+    (reply,) = eager.generate(prompts[:1], Sampling(max_new_tokens=30, stop=()))
+    for stop in ((reply.text[9:12],), (reply.text[20:23], "\nTask:")):
+        sampling = Sampling(max_new_tokens=30, logprobs=True, stop=stop)
+        replies = static.generate(prompts, sampling)
+        assert_same(replies, eager.generate(prompts, sampling))
+        assert replies[0].finish_reason == "stop" and len(replies[0].token_ids) < 30
+
+
+def test_sampled_replies_with_seeds_equal_the_eager_loops(gqa_model_dir):
+    eager, static = both(gqa_model_dir, sync_every=5)
+    prompts = varied_prompts(eager.tokenizer)
+    seeds = [11, 12, 13, 14, 15]
+    for sampling in (
+        Sampling(temperature=1.0, max_new_tokens=20, logprobs=True, stop=()),
+        Sampling(temperature=0.7, top_p=0.8, max_new_tokens=20, logprobs=True, stop=("x",)),
+    ):
+        replies = static.generate(prompts, sampling, seeds=seeds)
+        assert_same(replies, eager.generate(prompts, sampling, seeds=seeds))
+        assert replies != static.generate(prompts, sampling, seeds=[s + 1 for s in seeds])
+    # One shared generator (Sampling.seed): the same replies again for the same seed.
+    seeded = Sampling(temperature=1.0, max_new_tokens=12, stop=(), logprobs=True, seed=7)
+    assert static.generate(prompts, seeded) == static.generate(prompts, seeded)
+
+
+def test_sessions_over_two_turns_give_what_prompts_sent_whole_give(toy_agent_dir, monkeypatch):
+    eager, static = both(toy_agent_dir)
+    env = ToyEnv()
+    tasks = env.tasks("train") + env.tasks("test_unseen")[:3]
+    firsts = [[Turn("user", f"{env.instruction_prompt}\n\n{env.reset(t)[0]}")] for t in tasks]
+    sampling = Sampling(max_new_tokens=32, logprobs=True)
+    keys = [t.id for t in tasks]
+    replies = static.generate([render_prompt(t, static.tokenizer) for t in firsts], sampling,
+                              sessions=keys)  # fmt: skip
+    seconds = [[*t, Turn("assistant", r.text), Turn("user", "Observation: try again.")]
+               for t, r in zip(firsts, replies, strict=True)]  # fmt: skip
+    prompts = [render_prompt(t, static.tokenizer) for t in seconds]
+    fed = []
+    feed = static._feed
+
+    def spy(batch, cached, width, *rest):
+        fed.append(width)
+        return feed(batch, cached, width, *rest)
+
+    monkeypatch.setattr(static, "_feed", spy)
+    kept = static.generate(prompts, sampling, sessions=keys)
+    assert max(fed) < min(len(p) for p in prompts) // 2  # only the new turns ran
+    assert_same(kept, static.generate(prompts, sampling))
+    assert_same(kept, eager.generate(prompts, sampling))
+    assert_same(kept, eager.generate(prompts, sampling, sessions=keys))
+
+
+def test_sessions_of_rows_that_ended_at_different_steps(gqa_model_dir):
+    eager, static = both(gqa_model_dir, sync_every=4)
+    prompts = varied_prompts(eager.tokenizer)
+    sampling = Sampling(temperature=1.0, max_new_tokens=16, logprobs=True, stop=("e", "a", "o"))
+    keys, seeds = list(range(len(prompts))), [1, 2, 3, 4, 5]
+    replies = static.generate(prompts, sampling, seeds=seeds, sessions=keys)
+    assert len({len(r.token_ids) for r in replies}) > 2
+    turn = render_prompt([Turn("user", "Observation: try again.")], eager.tokenizer)
+    later = [p + list(r.token_ids) + turn for p, r in zip(prompts, replies, strict=True)]
+    assert_same(
+        static.generate(later, sampling, seeds=seeds, sessions=keys),
+        eager.generate(later, sampling, seeds=seeds),
+    )
+
+
+def counted_decoder(model) -> tuple[StaticDecoder, object]:
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("aot_eager")  # inductor would take minutes here
+    compile = lambda fn: torch.compile(fn, backend=counter, fullgraph=True)  # noqa: E731
+    return StaticDecoder(model, compile=compile), counter
+
+
+def test_the_step_compiles_as_one_graph_reused_across_calls_buckets_and_weight_updates(
+    gqa_model_dir,
+):
+    torch._dynamo.reset()
+    eager, static = both(gqa_model_dir)
+    static.decoder, counter = counted_decoder(static.model)
+    prompts = varied_prompts(eager.tokenizer)
+    greedy = Sampling(max_new_tokens=12, logprobs=True, stop=())
+    assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy))
+    assert counter.frame_count == 1  # fullgraph: a graph break would have raised
+    assert static.decoder.fallback is None
+    static.generate(prompts, greedy)  # the same bucket
+    longer = [p * 30 for p in prompts[:2]]  # another rows bucket and room
+    assert_same(static.generate(longer, greedy), eager.generate(longer, greedy))
+    sampled = Sampling(temperature=0.9, max_new_tokens=12, logprobs=True, stop=())
+    seeds = [1, 2, 3, 4, 5]
+    assert_same(
+        static.generate(prompts, sampled, seeds=seeds),
+        eager.generate(prompts, sampled, seeds=seeds),
+    )
+    # An optimizer's in-place update: the next call plays the new weights, uncompiled anew.
+    with torch.no_grad():
+        for p in static.model.parameters():
+            p.mul_(1.5)
+    assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy))
+    assert counter.frame_count == 1
+
+
+def test_captures_are_kept_per_bucket_and_sampling_and_survive_in_place_updates(
+    gqa_model_dir, monkeypatch
+):
+    """The bookkeeping around CUDA graphs, with a stand-in on the CPU: `_capture` warms up as
+    the real one does (moving the state on), and its graph replays the step."""
+
+    class Replay:
+        def __init__(self, decoder: StaticDecoder, args: tuple) -> None:
+            self.decoder, self.args = decoder, args
+
+        def replay(self) -> None:
+            with static_attention(self.decoder.model):
+                self.decoder.step(*self.args)
+
+    def capture(self: StaticDecoder, *args) -> Replay:
+        for _ in range(2):
+            with static_attention(self.model):
+                self.step(*args)
+        return Replay(self, args)
+
+    monkeypatch.setattr(StaticDecoder, "_capture", capture)
+    eager, static = both(gqa_model_dir)
+    static.decoder.capture = True
+    prompts = varied_prompts(eager.tokenizer)
+    greedy = Sampling(max_new_tokens=12, logprobs=True, stop=())
+    sampled = Sampling(temperature=0.9, max_new_tokens=12, logprobs=True, stop=())
+    seeds = [1, 2, 3, 4, 5]
+    longer = [p * 30 for p in prompts[:2]]
+    for calls, captures in (
+        ([(prompts, greedy)], 1),
+        ([(prompts, greedy)], 1),  # the same bucket and sampling: replayed
+        ([(prompts, sampled)], 2),  # another sampling: its own graph
+        ([(longer, greedy)], 3),  # another bucket
+    ):
+        for batch, sampling in calls:
+            assert_same(
+                static.generate(batch, sampling, seeds=seeds[: len(batch)]),
+                eager.generate(batch, sampling, seeds=seeds[: len(batch)]),
+            )
+        assert static.decoder.captures == captures
+    with torch.no_grad():
+        for p in static.model.parameters():
+            p.mul_(1.5)  # in place, as an optimizer step: the graphs read the new weights
+    assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy))
+    assert static.decoder.captures == 3
+    for p in static.model.parameters():
+        p.data = p.data.clone()  # new tensors: the graphs would read the old ones
+    assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy))
+    assert static.decoder.captures == 4
+
+
+def test_policies_over_one_module_share_its_decoder(nano_model_dir):
+    first = HFPolicy(nano_model_dir, decode="static")
+    again = HFPolicy(nano_model_dir, model=first.model, decode="static")
+    assert again.decoder is first.decoder
+    assert HFPolicy(nano_model_dir, decode="static").decoder is not first.decoder
+
+
+def test_decode_setting(nano_model_dir, monkeypatch):
+    monkeypatch.delenv("COEVO_DECODE", raising=False)
+    assert HFPolicy(nano_model_dir).decoder is None  # auto on the CPU: the eager loop
+    monkeypatch.setenv("COEVO_DECODE", "static")
+    assert HFPolicy(nano_model_dir).decode == "static"
+    assert HFPolicy(nano_model_dir, decode="eager").decoder is None  # the argument wins
+    monkeypatch.setenv("COEVO_DECODE", "fast")
+    with pytest.raises(PolicyError, match="Unknown decode 'fast'.*eager"):
+        HFPolicy(nano_model_dir)
+    monkeypatch.delenv("COEVO_DECODE")
+    with pytest.raises(ValueError, match="sync_every"):
+        HFPolicy(nano_model_dir, decode="static", sync_every=0)
+    from transformers import AutoModelForCausalLM
+
+    # Other attention functions want other masks than the step's: the eager loop runs them.
+    other = AutoModelForCausalLM.from_pretrained(nano_model_dir, attn_implementation="eager")
+    assert HFPolicy(nano_model_dir, model=other, dtype="float32", decode="static").decoder is None
+
+
+def test_buckets():
+    assert [rows_bucket(n) for n in (1, 2, 3, 5, 33, 64, 65, 129)] == [2, 2, 4, 8, 64, 64, 128, 192]
+    assert [room_bucket(n) for n in (1, 256, 257, 1000)] == [256, 256, 512, 1024]
+
+
+def test_fill_prefixes_writes_what_prefix_buffers_writes():
+    torch.manual_seed(0)
+    layout = KvLayout(layers=2, kv_heads=3, head_dim=4)
+
+    def prefixes():
+        torch.manual_seed(1)
+        rows = [3, 0, 5]  # cached tokens per row (0: nothing cached)
+        return [
+            [(torch.randn(3, n, 4), torch.randn(3, n, 4)) for _ in range(2)] if n else None
+            for n in rows
+        ]
+
+    ends = [6, 6, 5]
+    expected = prefix_buffers(layout, prefixes(), ends, 9, dtype=torch.float32, device="cpu")
+    given = [(torch.zeros(4, 3, 9, 4), torch.zeros(4, 3, 9, 4)) for _ in range(2)]
+    emptied = prefixes()
+    fill_prefixes([(k[:3], v[:3]) for k, v in given], emptied, ends)
+    for (k, v), (ek, ev) in zip(given, expected, strict=True):
+        for row, end in enumerate(ends):
+            assert torch.equal(k[row, :, :end], ek[row, :, :end])
+            assert torch.equal(v[row, :, :end], ev[row, :, :end])
+    assert all(p is None or p == [None, None] for p in emptied)
