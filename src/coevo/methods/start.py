@@ -126,12 +126,6 @@ def pretrain(run: Run, start: Path, out: Path, seed: int) -> SftRecord:
     )
     # What it trained with is written beside the model (model/train_config.json).
     result = train_sft(
-        str(start),
-        examples,
-        config,
-        output_dir=out,
-        seed=seed,
-        tokenizer=tokenizer,
-        device=run.config.model.device,
+        str(start), examples, config, **training.placement(run, out, seed, tokenizer)
     )
     return training.sft_record(len(examples), result)

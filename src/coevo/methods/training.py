@@ -37,15 +37,8 @@ def sft(
 
         tokenizer = AutoTokenizer.from_pretrained(start.path)
         examples = sft_examples(trajectories, tokenizer, max_length=run.config.model.max_length)
-        result = train_sft(
-            starting_point(start),
-            examples,
-            config,
-            output_dir=out,
-            seed=seed,
-            tokenizer=tokenizer,
-            device=run.config.model.device,
-        )
+        where = placement(run, out, seed, tokenizer)
+        result = train_sft(starting_point(start), examples, config, **where)
         trained["module"] = result.model
         served_adapter(run, start, out)
         return sft_record(len(examples), result)
@@ -104,15 +97,8 @@ def dpo(
             run.store.add_pairs(pairs, iteration=iteration, stage=stage_name)
         tokenizer = AutoTokenizer.from_pretrained(start.path)
         examples = dpo_examples(pairs, tokenizer, max_length=run.config.model.max_length)
-        result = train_dpo(
-            starting_point(start),
-            examples,
-            config,
-            output_dir=out,
-            seed=seed,
-            tokenizer=tokenizer,
-            device=run.config.model.device,
-        )
+        where = placement(run, out, seed, tokenizer)
+        result = train_dpo(starting_point(start), examples, config, **where)
         trained["module"] = result.model
         served_adapter(run, start, out)
         last = next((r for r in reversed(result.history) if "loss" in r), {})
@@ -136,6 +122,17 @@ def served_adapter(run: Run, start: StageModel, out: Path) -> None:
         from coevo.methods.serving import stack_adapter
 
         stack_adapter(start.path, out)
+
+
+def placement(run: Run, out: Path, seed: int, tokenizer: Any) -> dict[str, Any]:
+    """What a stage's trainer call takes from the run: where it writes, its seed, the
+    tokenizer it saves with the model, and the device (`model.device`: `cpu` or accelerate's)."""
+    return {
+        "output_dir": out,
+        "seed": seed,
+        "tokenizer": tokenizer,
+        "device": run.config.model.device,
+    }
 
 
 def starting_point(start: StageModel) -> Any:
