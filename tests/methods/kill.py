@@ -26,7 +26,7 @@ def run_until_rows(
     and kill the group (SIGKILL) as soon as the query returns rows, or when it gives up after
     `timeout` seconds or the run ends first. Returns those rows (empty: never reached).
 
-    `stop_at` (target, key=value, before|after; `tests.methods.stopping`) makes the run stop
+    `stop_at` (target, key=value, before|after: `tests.methods.stopping`) makes the run stop
     itself at that call, so that on a busy machine it cannot run past the moment the kill is
     meant for while the poller waits for a core."""
     run_args = ["run", str(recipe), "--out", str(run)]

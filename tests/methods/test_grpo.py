@@ -143,7 +143,9 @@ def test_a_run_killed_mid_interval_resumes_to_the_same_result(grpo_run, tmp_path
         run,
         "SELECT 1 FROM trajectories WHERE stage='grpo-2'",
         timeout=600,
-        stop_at=("coevo.train.grpo:update", "step=3", "before"),  # step 3 played, not trained
+        # Step 3 played and trained (or its update skipped: no signal), before its log and
+        # checkpoint. (The run adopts its SFT stage, so no SFT step logs meanwhile.)
+        stop_at=("coevo.train.loop:CheckpointDir.log", "step=3", "before"),
     )
     assert reached, "the run never reached the second interval"
     assert not (run / "stages/grpo-2/manifest.json").exists()

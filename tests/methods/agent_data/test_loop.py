@@ -160,7 +160,9 @@ def test_a_run_killed_mid_round_resumes_and_finishes(run_dir, tmp_path):
         "SELECT 1 FROM trajectories WHERE stage='grpo-2'",
         env=env,
         timeout=600,
-        stop_at=("coevo.train.grpo:update", "step=2", "before"),  # step 2 played, not trained
+        # Step 2 played and trained (or its update skipped: no signal), before its log and
+        # checkpoint. (The run adopts its SFT stage, so no SFT step logs meanwhile.)
+        stop_at=("coevo.train.loop:CheckpointDir.log", "step=2", "before"),
     )
     assert reached, "the run never reached the second interval"
     assert (run / "stages/evolve-1/manifest.json").exists()
