@@ -208,3 +208,37 @@ def test_the_page_pairs_each_method_with_sft_task_by_task(demo_like_runs, tmp_pa
     assert 'id="reward-paired"' in page
     table = page.split('id="reward-paired"')[1].split("</table>")[0]
     assert f"<td>{diff:+.1f}</td>" in table and "sign-flip" in page
+
+
+def test_an_all_zero_rate_is_drawn_on_its_usual_scale_and_panels_do_not_overlap(tmp_path):
+    from matplotlib.figure import Figure
+
+    from coevo.analysis.figures import behaviour, floor_at_zero
+
+    ax = Figure().subplots()
+    ax.plot([0, 1], [0.0, 0.0])
+    floor_at_zero(ax, 0.0, 100.0)
+    assert ax.get_ylim() == (0.0, 100.0)  # not matplotlib's 0-0.05 around nothing
+    ax = Figure().subplots()
+    ax.plot([0, 1], [0.0, 3.0])
+    floor_at_zero(ax, 3.0, 100.0)
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] < 10  # data: its own scale
+    series = {"format_error_rate": {"eto": {"test_seen": {0: [0.0], 1: [0.0]}}}}
+    path = behaviour(series, {"format_error_rate": "format errors (%)"}, tmp_path / "b.png")
+    assert path.is_file()
+
+
+def test_methods_whose_lines_coincide_are_named_on_the_panel(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from coevo.analysis import figures
+
+    made: list[Figure] = []
+    save = figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, path: made.append(fig) or save(fig, path))
+    same = {0: [0.083], 1: [0.083]}
+    series = {"sft": {"test_seen": same}, "eto": {"test_seen": same},
+              "failure_agent": {"test_seen": {0: [0.083], 1: [0.1]}}}  # fmt: skip
+    figures.per_iteration(series, "reward", tmp_path / "r.png")
+    texts = [t.get_text() for t in made[0].axes[0].texts]
+    assert texts == ["lines coincide: sft = eto"]

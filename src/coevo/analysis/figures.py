@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from matplotlib.figure import Figure
 
@@ -32,13 +33,25 @@ def _spread(values: list[float]) -> tuple[float, float]:
     return mean, statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def floor_at_zero(ax: Any, highest: float, top: float) -> None:
+    """Start the y axis at 0 (a change reads at its true size); when every value drawn is 0,
+    give it `top` as its top rather than matplotlib's +-0.05 around nothing, so an all-zero
+    rate reads as zero on its usual scale."""
+    ax.set_ylim(bottom=0)
+    if highest <= 0:
+        ax.set_ylim(0, top)
+
+
 def per_iteration(series: Series, ylabel: str, path: Path, *, scale: float = 100.0) -> Path:
     """One panel per split, a line per method: the mean over seeds at each iteration, with a
     band of one standard deviation where there is more than one seed."""
     splits = sorted({split for by_split in series.values() for split in by_split})
-    fig = Figure(figsize=(4.2 * max(1, len(splits)), 3.4))
+    # Constrained layout: each panel's labels get their own room (no overlap with the next).
+    fig = Figure(figsize=(4.2 * max(1, len(splits)), 3.4), layout="constrained")
     axes = fig.subplots(1, max(1, len(splits)), squeeze=False)[0]
     for ax, split in zip(axes, splits, strict=False):
+        highest = 0.0
+        drawn: dict[tuple, list[str]] = {}  # a line's points -> the methods drawn along it
         for method, by_split in series.items():
             points = sorted(by_split.get(split, {}).items())
             if not points:
@@ -46,13 +59,20 @@ def per_iteration(series: Series, ylabel: str, path: Path, *, scale: float = 100
             xs = [i for i, _ in points]
             stats = [_spread(values) for _, values in points]
             means = [m * scale for m, _ in stats]
+            highest = max(highest, *means)
+            drawn.setdefault((tuple(xs), tuple(means)), []).append(method)
             line = ax.plot(xs, means, marker="o", label=method)[0]
             if any(len(values) > 1 for _, values in points):
                 low = [(m - s) * scale for m, s in stats]
                 high = [(m + s) * scale for m, s in stats]
                 ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2)
         ax.set_title(split)
-        ax.set_ylim(bottom=0)  # scores start at 0: a change reads at its true size
+        # A line drawn over another hides it: say so on the panel.
+        hidden = [" = ".join(names) for names in drawn.values() if len(names) > 1]
+        if hidden:
+            note = "lines coincide: " + "; ".join(hidden)
+            ax.text(0.02, 0.02, note, transform=ax.transAxes, fontsize="small", va="bottom")
+        floor_at_zero(ax, highest, scale)
         ax.set_xlabel("iteration (0: after SFT)")
         ax.set_ylabel(ylabel)
         ax.xaxis.get_major_locator().set_params(integer=True)
@@ -66,24 +86,27 @@ def behaviour(series: dict[str, Series], labels: dict[str, str], path: Path) -> 
     """A panel per behaviour statistic (`series[stat]`, method -> split -> iteration ->
     values), a line per method and split (the split as the line style)."""
     styles = ["-", "--", ":", "-."]
-    fig = Figure(figsize=(4.2 * len(series), 3.4))
+    fig = Figure(figsize=(4.2 * len(series), 3.4), layout="constrained")
     axes = fig.subplots(1, len(series), squeeze=False)[0]
     for ax, (stat, by_method) in zip(axes, series.items(), strict=True):
         splits = sorted({s for by_split in by_method.values() for s in by_split})
         scale = 1.0 if stat == "mean_steps" else 100.0
+        highest = 0.0
         for colour, (method, by_split) in enumerate(by_method.items()):
             for split, points in by_split.items():
                 ordered = sorted(points.items())
+                ys = [statistics.fmean(v) * scale for _, v in ordered]
+                highest = max(highest, *ys)
                 ax.plot(
                     [i for i, _ in ordered],
-                    [statistics.fmean(v) * scale for _, v in ordered],
+                    ys,
                     marker="o",
                     color=f"C{colour}",
                     linestyle=styles[splits.index(split) % len(styles)],
                     label=f"{method} {split}",
                 )
         ax.set_title(labels[stat])
-        ax.set_ylim(bottom=0)
+        floor_at_zero(ax, highest, scale)  # rates: 0-100 %; mean steps: 0-1
         ax.set_xlabel("iteration (0: after SFT)")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
