@@ -253,6 +253,9 @@ class AgentDataSection:
     verify: bool = True
     """Check candidates in the env (expert replays to 1.0 twice alike, no duplicate, no test
     task); false is the ablation where every candidate joins."""
+    acceptance: Literal["complete", "positive"] = "complete"
+    """What a candidate's replay must score to pass: `complete` reward 1.0; `positive` any
+    reward above 0 (the CoEvolve paper's rule: a re-execution that fails but scores passes)."""
     window: int = 4
     """Forgetting: the last W attempts at a task that are looked at."""
     theta: float = 5.0

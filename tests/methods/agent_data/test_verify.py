@@ -78,3 +78,14 @@ def test_an_expert_that_raises_makes_the_task_unsolvable():
 
     assert replay_check(Refusing(), candidate("kiwi").task) == "unsolvable"
     assert replay_check(ToyEnv(), candidate("kiwi").task) is None
+
+
+def test_the_papers_acceptance_rule_takes_a_replay_that_fails_but_scores():
+    env = CheckedToy(n_tasks=4)
+    near = candidate("pear", expert_word="peach")  # right first letter: reward 0.5
+    wrong = candidate("plum", expert_word="kiwi")  # reward 0
+    assert replay_check(env, near.task) == "unsolvable"
+    assert replay_check(env, near.task, "positive") is None
+    assert replay_check(env, wrong.task, "positive") == "unsolvable"
+    checked = verify(env, [near, wrong], env.tasks("train"), [], acceptance="positive")
+    assert checked.accepted == [near] and checked.rejected == {"unsolvable": 1}

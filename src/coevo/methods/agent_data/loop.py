@@ -211,7 +211,14 @@ def evolve_stage(
                 env, [r.trajectory for r in explorations], provenance, prefix=str(interval)
             )
             known = train + [s.task for s in earlier if s.stage != name]
-            checked = verify(env, made.candidates, known, held_out(env, run), enabled=ad.verify)
+            checked = verify(
+                env,
+                made.candidates,
+                known,
+                held_out(env, run),
+                enabled=ad.verify,
+                acceptance=ad.acceptance,
+            )
         run.store.add_synthesized(
             [(c.task, c.origin) for c in checked.accepted], stage=name, round=interval
         )

@@ -7,6 +7,8 @@ Checks, cheapest first, each counted when it rejects:
 - `duplicate`: the same as a known task (same key) or an instruction with word-Jaccard >=
   0.8 to one (AgentEvolver's dedup), the tasks accepted just before it included;
 - `unsolvable`: its gold / expert replay does not reach reward 1.0 (or the expert refuses);
+  with `acceptance="positive"` (the CoEvolve paper's rule), a replay that ends with any
+  positive reward passes too: a re-execution that fails the objective but scores;
 - `nondeterministic`: a second replay does not give the same episode and reward.
 `enabled=False` is the ablation: every candidate joins unchecked (the paper: a large drop).
 """
@@ -78,13 +80,20 @@ def _similar(x: frozenset[str], y: frozenset[str]) -> bool:
     return (len(x & y) / union if union else 1.0) >= DUPLICATE_JACCARD
 
 
-def replay_check(env: Env, task: Task) -> str | None:
-    """None when the expert solves `task` twice alike; else the reason it fails."""
+ACCEPTANCE = ("complete", "positive")
+"""What a candidate's replay must score: `complete` reward 1.0; `positive` any reward above 0
+(the CoEvolve paper accepts a re-execution that fails but gets a positive reward)."""
+
+
+def replay_check(env: Env, task: Task, acceptance: str = "complete") -> str | None:
+    """None when the expert's replay of `task` scores as `acceptance` asks, twice alike; else
+    the reason it fails."""
     try:
         first = expert_trajectory(env, task)
     except Exception:  # an expert that cannot solve the task refuses it: unsolvable
         return "unsolvable"
-    if not math.isclose(first.reward, 1.0):
+    scored = first.reward > 0 if acceptance == "positive" else math.isclose(first.reward, 1.0)
+    if not scored:
         return "unsolvable"
     try:
         second = expert_trajectory(env, task)
@@ -102,9 +111,10 @@ def verify(
     tests: Sequence[Task],
     *,
     enabled: bool = True,
+    acceptance: str = "complete",
 ) -> Checked:
     """Check `candidates` in order against the env, the `known` train tasks (synthesized ones
-    included) and the `tests` tasks."""
+    included) and the `tests` tasks; `acceptance` as `replay_check` takes it."""
     rejected: Counter[str] = Counter()
     if not enabled:
         return Checked(list(candidates), {})
@@ -117,7 +127,7 @@ def verify(
         elif known_index.holds(task):
             reason = "duplicate"
         else:
-            reason = replay_check(env, task)
+            reason = replay_check(env, task, acceptance)
         if reason is not None:
             rejected[reason] += 1
             continue
