@@ -6,7 +6,7 @@ trajectory and a model's trajectory have exactly the same text around the agent'
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from coevo.envs.base import Env, StepResult
 from coevo.trajectory import Task, Trajectory, Turn
@@ -29,8 +29,12 @@ def replay(
     *,
     agent: str = "expert",
     seed: int | None = None,
+    on_step: Callable[[StepResult], None] | None = None,
 ) -> Trajectory:
-    """Play `replies` (agent texts) on `task` until they run out or the episode ends."""
+    """Play `replies` (agent texts) on `task` until they run out or the episode ends.
+
+    `replies` may be a generator that looks at the env between steps (an explorer choosing
+    among the actions valid now); `on_step` sees every step's result."""
     observation, info = env.reset(task, seed=seed)
     turns = [Turn("user", opening_message(env, observation))]
     result = StepResult(observation, 0.0, False, False, info)
@@ -38,6 +42,8 @@ def replay(
     for reply in replies:
         result = env.step(reply)
         steps += 1
+        if on_step is not None:
+            on_step(result)
         turns.append(Turn("assistant", reply))
         if result.done:
             break

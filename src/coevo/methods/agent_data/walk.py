@@ -23,18 +23,18 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from coevo.envs.base import Env, StepResult
-from coevo.envs.episode import observation_message, opening_message
+from coevo.envs.base import Env
+from coevo.envs.episode import replay
 from coevo.envs.evolve import action_pattern, agent_actions, exploration_task, valid_actions
 from coevo.envs.react import format_reply, parse
 from coevo.methods.agent_data.explore import Seed, instruction, random_seeds
 from coevo.methods.agent_data.signals import PASS, patterns
 from coevo.store import StoredTrajectory
-from coevo.trajectory import Task, Trajectory, Turn
+from coevo.trajectory import Task, Trajectory
 
 RARITY = 9.0
 """Guided: a pattern every trajectory of the round used is picked a tenth (1 / (1 + RARITY))
@@ -176,44 +176,26 @@ def walk(
     """One episode: the plan's prefix replayed, then a valid action per step, chosen uniformly
     (no `weight`) or by the weight of its pattern, until the episode ends."""
     replayed = _clean_prefix(env, task, plan.prefix)
-    observation, info = env.reset(task)
-    turns = [Turn("user", opening_message(env, observation))]
-    result = StepResult(observation, 0.0, False, False, info)
     pattern = action_pattern(env)
-    queue = [format_reply(REPLAYED, a) for a in plan.prefix[:replayed]]
-    steps = refused = 0
-    while True:
-        if queue:
-            reply = queue.pop(0)
-        else:
-            options = valid_actions(env)
-            if not options:
-                break
-            reply = _choose(options, rng, pattern, weight, plan)
+
+    def replies() -> Iterator[str]:  # read between steps: the actions valid now
+        nonlocal plan
+        yield from (format_reply(REPLAYED, a) for a in plan.prefix[:replayed])
+        while options := valid_actions(env):
+            yield _choose(options, rng, pattern, weight, plan)
             plan = replace(plan, vary=None, avoid=None)  # only the branching action varies
-        result = env.step(reply)
-        steps += 1
-        refused += bool(result.info.get("error"))  # none in an env whose list is exact
-        turns.append(Turn("assistant", reply))
-        if result.done:
-            break
-        turns.append(Turn("user", observation_message(result.observation)))
-    return Trajectory(
-        task=task,
+
+    errors: list[bool] = []  # none in an env whose list is exact
+    played = replay(
+        env,
+        task,
+        replies(),
         agent="explorer",
-        turns=tuple(turns),
-        reward=float(result.reward),
-        terminated=result.terminated,
-        truncated=result.truncated,
-        steps=steps,
-        metadata={
-            "explorer": "random" if weight is None else "guided",
-            "replayed": replayed,
-            "refused": refused,
-            "info": result.info,
-            "final_observation": result.observation,
-        },
+        on_step=lambda r: errors.append(bool(r.info.get("error"))),
     )
+    explorer = "random" if weight is None else "guided"
+    extra = {"explorer": explorer, "replayed": replayed, "refused": sum(errors)}
+    return replace(played, metadata={**extra, **played.metadata})
 
 
 def _clean_prefix(env: Env, task: Task, actions: Sequence[str]) -> int:
