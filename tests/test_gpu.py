@@ -27,7 +27,7 @@ def on_cuda(model: torch.nn.Module) -> bool:
     return all(p.device.type == "cuda" for p in model.parameters())
 
 
-def trainable_moved(before: dict[str, torch.Tensor], model: torch.nn.Module) -> list[str]:
+def unmoved_trainables(before: dict[str, torch.Tensor], model: torch.nn.Module) -> list[str]:
     """Names of trainable parameters that did not move (compared on the CPU)."""
     return [
         n
@@ -79,7 +79,7 @@ def test_a_bf16_trainer_step_on_cuda_lowers_the_loss_and_moves_every_weight(trai
         config = DpoConfig(epochs=4, batch_size=4, progress=False, optim=Optim(lr=1e-3))
         result = train_dpo(model, dpo_data, config, output_dir=tmp_path)
     assert result.model is not None and on_cuda(result.model)
-    assert trainable_moved(before, result.model) == []
+    assert unmoved_trainables(before, result.model) == []
     losses = [r["loss"] for r in result.history if "loss" in r]
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, losses
 
