@@ -75,7 +75,7 @@ ITEM = re.compile(r"\[(B0[A-Z0-9]{8})\]")
 def make_pairs(n: int):
     """Expert (reward 1) vs a worse replayed episode, for the first shop train tasks."""
     from coevo.envs import make
-    from coevo.envs.episode import expert_trajectory, replay
+    from coevo.envs.conversation import expert_trajectory, replay
     from coevo.envs.react import format_reply
     from coevo.trajectory import Pair
 

@@ -102,20 +102,20 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
 
     from coevo.methods.grpo import hf_player
     from coevo.render import render
+    from coevo.run.recipe import GrpoSection, SamplingSection
     from coevo.train import Checkpoints, Compute, Optim
-    from coevo.train.grpo import GrpoConfig, train_grpo
+    from coevo.train.grpo import train_grpo
     from coevo.train.loop import CheckpointDir
     from coevo.trajectory import Task
 
     instructions, prompts = load_prompts(work)
     tasks = [Task(p["id"], "one_reply", "train", "", {"observation": p["observation"]})
              for p in prompts]  # fmt: skip
-    config = GrpoConfig(
+    config = GrpoSection(
         steps=args.steps,
         tasks_per_step=len(tasks),
         samples=args.samples,
-        temperature=1.0,
-        max_new_tokens=args.new_tokens,
+        sampling=SamplingSection(temperature=1.0, max_new_tokens=args.new_tokens),
         rollout_batch_size=len(tasks) * args.samples,
         micro_batch_size=args.micro_batch,
         kl_coef=args.beta,
@@ -176,7 +176,7 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from coevo.envs.episode import opening_message
+    from coevo.envs.conversation import opening_message
 
     instructions, prompts = load_prompts(work)
     env = OneReplyEnv(instructions)

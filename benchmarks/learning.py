@@ -4,7 +4,8 @@
     python benchmarks/learning.py --envs shop --seeds 1 2          # resumes, archives
     python benchmarks/learning.py --envs sql --methods grpo agent_data --seeds 0
     python benchmarks/learning.py --sizes recipes --envs shop -- iterations=2   # recipe sizes
-    python benchmarks/learning.py --report-only --envs sql shop sciworld       # tables only
+    python benchmarks/learning.py --envs shop --methods eto_matched --seeds 1 2  # matched ETO
+    python benchmarks/learning.py --report-only                  # tables of every archived run
 
 The recipes run the pretrained SmolLM2-135M-Instruct (`model.name: smollm2-135m`). By default
 each env's runs get the sizes the grid of benchmarks/results/learning.md was measured at on a
@@ -16,20 +17,27 @@ Each (env, seed) first runs SFT; every other method (RFT, ETO, failure-agent, GR
 starts from that SFT policy
 (`init_from`), as the paper's methods share one SFT start; ETO and failure-agent take it from a
 sibling run that has already explored the same tasks alike, adopting that first exploration
-too (`start_from`). Runs go to `--out/<env>/<method>-s<seed>`
+too (`start_from`). `eto_matched` is ETO given the failure-agent target's DPO budget: an ETO
+run (configs/<env>/eto.yaml) whose `dpo.steps` is the step count of the target DPO of the
+failure_agent run of its env and seed (`matched_steps`; that run must have finished its DPO,
+here or in the archive), so that "failure-agent > ETO" can be told from "more DPO". Runs go to
+`--out/<env>/<method>-s<seed>`
 and resume when the script is rerun; each run's archive (`coevo archive`: config, manifests,
 logs, per-task eval rewards) goes to benchmarks/results/learning-runs/<env>/, and
 `--report-only` tabulates a run's archive where it got further than the run folder (a fresh
-clone has none). The tables (the paper's Table 3 and Table 2 layouts) and
-the wall time of every run are written to benchmarks/results/learning.md, keeping its
-hand-written summary (above the tables) and notes (what was tried, below them) between their
-markers.
+clone has none); without --envs, --methods or --seeds it tabulates every archived one. The
+tables (the paper's Table 3 and Table 2 layouts, the paired tests), the null cells (SFT against
+itself at two seeds: the noise floor), a verdict per paper claim with the smallest difference
+the grid could have detected (`coevo.analysis.claims`) and the wall time of every run are
+written to benchmarks/results/learning.md, keeping its hand-written summary (above the tables)
+and notes (what was tried, below them) between their markers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import subprocess
 import time
@@ -40,11 +48,14 @@ import yaml
 from machine import describe
 
 from coevo.analysis.archive import archive, finished_stages
+from coevo.analysis.claims import claims, claims_markdown
 from coevo.analysis.compare import compare, to_markdown
+from coevo.analysis.null import null_cells, null_markdown
+from coevo.analysis.runs import read_runs
 from coevo.config import load
-from coevo.methods.recipe import GRPO_METHODS, RunConfig
 from coevo.methods.runner import SHARED_STAGES, adoptable, execute
-from coevo.quiet import quiet_libraries
+from coevo.run.console import quiet_libraries
+from coevo.run.recipe import GRPO_METHODS, RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "learning.md"
@@ -55,6 +66,13 @@ ARCHIVE = ROOT / "benchmarks" / "results" / "learning-runs"
 # across sessions, runs whose stores were lost included) and the notes below them.
 SUMMARY = ("<!-- summary:begin -->", "<!-- summary:end -->")
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
+# ETO with the failure-agent target's number of DPO optimizer steps (`matched_steps`).
+MATCHED = "eto_matched"
+# The grid's methods when it runs with no --methods, and the order a report lists them in.
+METHODS = ("sft", "rft", "eto", "failure_agent")
+ORDER = (*METHODS, MATCHED, "positive_agent", "frozen_failure", "grpo", "agent_data")
+ENVS = ("shop", "sql", "sciworld")
+"""The order a report lists the envs in (others after them, by name)."""
 
 
 # The sizes the grid was measured at on 2 CPU cores (from the fifteenth session on, one run at a
@@ -167,17 +185,44 @@ def further(run_dir: Path, kept: Path) -> Path | None:
     return max(found, key=finished_stages) if found else None
 
 
+def matched_steps(run_dir: Path | None) -> int:
+    """The DPO optimizer steps the failure_agent run `run_dir` (a run or its archive) gave its
+    target, per DPO stage: from its `dpo-<i>-target` manifests, their mean rounded up where
+    there are several (iterations > 1), so that ETO's stages add up to at least as many."""
+    stages = sorted(run_dir.glob("stages/dpo-*-target/manifest.json")) if run_dir else []
+    steps = [json.loads(path.read_text())["outputs"].get("steps") for path in stages]
+    steps = [n for n in steps if isinstance(n, int) and n > 0]
+    if not steps:
+        raise SystemExit(
+            f"{MATCHED} takes its DPO steps from the failure_agent run of its env and seed, which "
+            f"has no finished target DPO yet ({run_dir or 'no run'}): run that seed's "
+            "failure_agent first (--methods failure_agent)."
+        )
+    return math.ceil(sum(steps) / len(steps))
+
+
+def recipe(args: argparse.Namespace, env: str, method: str, seed: int) -> RunConfig:
+    """The config of one grid run: its method's recipe with the run's overrides; an
+    `eto_matched` run is ETO named so, with the failure-agent target's DPO steps."""
+    overrides = [f"seed={seed}", *sizes(args, env, method)]
+    if method == MATCHED:
+        runs = args.out / env / f"failure_agent-s{seed}", ARCHIVE / env / f"failure_agent-s{seed}"
+        steps = matched_steps(further(*runs))
+        overrides = [f"name={MATCHED}", f"dpo.steps={steps}", *overrides]
+        method = "eto"
+    return load(RunConfig, ROOT / "configs" / env / f"{method}.yaml", overrides)
+
+
 def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
     dirs, timings = [], []
     for env in args.envs:
         for seed in args.seeds:
             sft_dir = args.out / env / f"sft-s{seed}"
             for method in args.methods:
-                overrides = [f"seed={seed}", *sizes(args, env, method)]
                 run_dir = args.out / env / f"{method}-s{seed}"
                 kept = ARCHIVE / env / run_dir.name
                 if not args.report_only:
-                    config = load(RunConfig, ROOT / "configs" / env / f"{method}.yaml", overrides)
+                    config = recipe(args, env, method, seed)
                     if method != "sft":
                         source = start_from(run_dir, sft_dir, config)
                         config = replace(config, init_from=str(source))
@@ -225,7 +270,19 @@ def kept(old: str, markers: tuple[str, str], empty: str) -> str:
     return found.group(0) if found else f"{markers[0]}\n{empty}\n{markers[1]}"
 
 
-def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]) -> None:
+def tables(dirs: list[Path]) -> tuple[str, str]:
+    """(the verdicts per paper claim and the null cells, the compare tables) of `dirs`."""
+    runs, _ = read_runs(list(dirs))
+    null = null_cells(runs)
+    verdicts = "\n\n".join(
+        part for part in (claims_markdown(claims(runs, null)), null_markdown(null)) if part
+    )
+    return verdicts + "\n", to_markdown(compare(dirs))
+
+
+def write_results(
+    args: argparse.Namespace, dirs: list[Path], timings: list[str], made: tuple[str, str]
+) -> None:
     old = RESULTS.read_text() if RESULTS.exists() else ""
     summary = kept(old, SUMMARY, "(no summary yet)")
     notes = kept(old, NOTES, "(no notes yet)")
@@ -248,9 +305,12 @@ def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]
             "",
             summary,
             "",
+            "## Verdict per paper claim, and the null cells",
+            "",
+            made[0],
             "## Tables of the runs tabulated here",
             "",
-            to_markdown(compare(dirs)),
+            made[1],
             "### Wall time per run and stage kind (minutes, from the stage manifests; a run's "
             "stages adopted from another run, such as the shared SFT start, are not counted; a "
             "stage resumed across processes counts all its attempts when its manifest says how "
@@ -271,9 +331,13 @@ def write_results(args: argparse.Namespace, dirs: list[Path], timings: list[str]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envs", nargs="+", default=["shop", "sql"])
-    parser.add_argument("--methods", nargs="+", default=["sft", "rft", "eto", "failure_agent"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--envs", nargs="+", help="default: shop sql (reports: all archived)")
+    parser.add_argument(
+        "--methods", nargs="+", help=f"default: {' '.join(METHODS)} (reports: all archived)"
+    )
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, help="default: 0 1 2 (reports: all archived)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "learning")
     parser.add_argument(
         "--no-write", action="store_true", help="Print only: write neither tables nor archives."
@@ -294,14 +358,35 @@ def main() -> None:
         "overrides", nargs="*", help="Recipe overrides for every run (key=value), applied last."
     )
     args = parser.parse_args()
-    if "sft" not in args.methods:
-        args.methods.insert(0, "sft")  # every other method starts from the SFT run
-    args.methods.sort(key=lambda m: m != "sft")
+    defaults(args)
     quiet_libraries()  # coevo's own stage lines only, as the `coevo` command prints
     dirs, timings = run_grid(args)
-    print(to_markdown(compare(dirs)))
+    made = tables(dirs)
+    print("\n".join(made))
     if not args.no_write:
-        write_results(args, dirs, timings)
+        write_results(args, dirs, timings, made)
+
+
+def defaults(args: argparse.Namespace) -> None:
+    """Fill in the grid's envs, methods and seeds left out: what the archive holds for a
+    report, else shop and sql, METHODS, seeds 0-2; SFT first (every other method starts from
+    it), eto_matched after failure_agent (it reads that run's steps)."""
+    held = [path.name.rpartition("-s") for path in ARCHIVE.glob("*/*-s*") if path.is_dir()]
+    if args.envs is None:
+        found = {path.parent.name for path in ARCHIVE.glob("*/*-s*")}
+        ordered = sorted(found, key=lambda e: (ENVS.index(e) if e in ENVS else len(ENVS), e))
+        args.envs = ordered if args.report_only else ["shop", "sql"]
+    if args.methods is None:
+        args.methods = (
+            list(dict.fromkeys(m for m, _, _ in held)) if args.report_only else [*METHODS]
+        )
+    if args.seeds is None:
+        found = sorted({int(s) for _, _, s in held if s.isdigit()})
+        args.seeds = found if args.report_only else [0, 1, 2]
+    if "sft" not in args.methods:
+        args.methods.insert(0, "sft")
+    rank = {m: i for i, m in enumerate(ORDER)}
+    args.methods.sort(key=lambda m: (rank.get(m, len(ORDER)), m))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,13 @@ Speed and memory come from separate runs, measured the same way for both:
 With --repeats N every run is repeated N times (interleaved) and the best of each is kept.
 The last two lines are `speedup: N.NN` (ours / TRL tokens per CPU second) and
 `memory ratio: N.NN` (ours / TRL peak growth). Goal: speedup >= 1.3 at memory ratio <= 1.0.
+The final checkpoint's time is also left out of ours on a line of its own (tokens/s and
+speedup without it), as TRL writes none.
+
+`--packing on|off|both` (default: SftConfig's default) runs ours with `packing` (each batch's
+sequences in one row, no pads; `coevo.train.batches.collate_packed`), without it, or both side
+by side in one invocation (then the last `speedup:` line is the default setting's). TRL keeps
+its default padded batches either way.
 
     python benchmarks/model_speed.py --device cuda --examples 128 --batch-size 16
 
@@ -112,6 +119,7 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
     config = SftConfig(
         epochs=args.epochs,
         batch_size=args.batch_size,
+        packing=args.packing == "on",
         progress=False,
         optim=Optim(lr=args.lr, warmup_ratio=0.1, schedule="constant", max_grad_norm=1.0),
         compute=Compute(
@@ -193,8 +201,15 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
     }
 
 
-def child(which: str, work: Path, args: argparse.Namespace, checkpointing: str, memory: bool):
-    extra = ["--work", str(work), "--checkpointing", checkpointing]
+def child(
+    which: str,
+    work: Path,
+    args: argparse.Namespace,
+    checkpointing: str,
+    memory: bool,
+    packing: str = "off",
+):
+    extra = ["--work", str(work), "--checkpointing", checkpointing, "--packing", packing]
     extra += ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size)]
     extra += ["--lr", str(args.lr), "--max-length", str(args.max_length)]
     return run_child(__file__, which, extra, args.threads, memory, args.device)
@@ -205,7 +220,7 @@ def prepare(work: Path, args: argparse.Namespace) -> dict:
     from transformers import AutoConfig, AutoTokenizer
 
     from coevo.envs import make
-    from coevo.envs.episode import expert_trajectory
+    from coevo.envs.conversation import expert_trajectory
     from coevo.policy.models import get_model, packaged
     from coevo.train import sft_examples
 
@@ -256,6 +271,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="gradient checkpointing, set the same on both sides",
     )
     parser.add_argument(
+        "--packing",
+        choices=["on", "off", "both"],
+        default=None,
+        help="ours with sft.packing on, off, or both side by side (default: SftConfig's)",
+    )
+    parser.add_argument(
         "--device",
         choices=DEVICES,
         default="cpu",
@@ -280,9 +301,16 @@ def main() -> None:
     check_device(args.device)
     from rich.console import Console
 
+    from coevo.train import SftConfig
+
     cpu = args.device == "cpu"
     console = Console(stderr=True)
     modes = ["off", "on"] if args.checkpointing == "both" else [args.checkpointing]
+    default = "on" if SftConfig().packing else "off"
+    other = "off" if default == "on" else "on"
+    # Ours once per packing setting (the default last), then TRL: (name, packing) each.
+    packings = [other, default] if args.packing == "both" else [args.packing or default]
+    sides = [(f"ours-packing-{p}", p) for p in packings] + [("trl", "off")]
     # On cuda the speed runs also give the peak GPU memory: no separate memory runs.
     kinds = ("speed", "memory") if cpu else ("speed",)
     with tempfile.TemporaryDirectory(prefix="model_speed_") as tmp:
@@ -293,14 +321,15 @@ def main() -> None:
         for i in range(args.repeats):
             for mode in modes:
                 for kind in kinds:
-                    for which in ("ours", "trl"):
-                        label = f"{which}, checkpointing {mode}, {kind} run {i + 1}"
+                    for name, packing in sides:
+                        which = "trl" if name == "trl" else "ours"
+                        label = f"{name}, checkpointing {mode}, {kind} run {i + 1}"
                         with console.status(f"training: {label}"):
-                            got = child(which, work, args, mode, memory=kind == "memory")
-                        results.setdefault((which, mode, kind), []).append(got)
+                            got = child(which, work, args, mode, kind == "memory", packing)
+                        results.setdefault((name, mode, kind), []).append(got)
 
     trl = results[("trl", modes[0], "speed")][0]
-    ours = results[("ours", modes[0], "speed")][0]
+    ours = results[(sides[0][0], modes[0], "speed")][0]
     same = "identical" if trl["same_as_ours"] else "DIFFERENT"
     compute = "fp32 CPU" if cpu else f"bf16 mixed precision (fp32 weights) on {gpu_name()}"
     setup = (
@@ -321,43 +350,53 @@ def main() -> None:
     ]
     notes, ratios = [], {}
     clock_kind = "cpu" if cpu else "wall"  # what the speedup divides by
+    labels = {"trl": "TRL SFTTrainer"}
+    labels.update({f"ours-packing-{p}": f"coevo train_sft, packing {p}" for p in packings})
     for mode in modes:
         best = {}
-        for which, label in (("ours", "coevo train_sft"), ("trl", "TRL SFTTrainer")):
-            speed = results[(which, mode, "speed")]
-            memory = results[(which, mode, kinds[-1])]
-            tokens = speed[0]["tokens"] * args.epochs
-            b = best[which] = {
+        for name, _ in sides:
+            speed = results[(name, mode, "speed")]
+            memory = results[(name, mode, kinds[-1])]
+            best[name] = {
                 "cpu": min(r["cpu"] for r in speed),
                 "wall": min(r["wall"] for r in speed),
                 "mb": min(r["peak_growth_mb" if cpu else "peak_gpu_mb"] for r in memory),
-                "tokens": tokens,
+                "tokens": speed[0]["tokens"] * args.epochs,
             }
+        trl_rate = best["trl"]["tokens"] / best["trl"][clock_kind]
+        for name, _ in sides:
+            b, tokens = best[name], best[name]["tokens"]
             rows.append(
-                f"| {label} | {mode} | {b['cpu']:.1f} | {b['wall']:.1f} | "
+                f"| {labels[name]} | {mode} | {b['cpu']:.1f} | {b['wall']:.1f} | "
                 f"{tokens / b['cpu']:,.0f} | {tokens / b['wall']:,.0f} | {b['mb']:.0f} |"
             )
-            if which == "ours":
-                save_cpu = min(r["save_cpu"] for r in speed)
-                save_wall = min(r["save_wall"] for r in speed)
-                notes.append(
-                    f"checkpointing {mode}: of ours' time, the final checkpoint took "
-                    f"{save_cpu:.1f} s CPU, {save_wall:.1f} s wall"
-                )
-        ratios[mode] = (
-            (best["ours"]["tokens"] / best["ours"][clock_kind])
-            / (best["trl"]["tokens"] / best["trl"][clock_kind]),
-            best["ours"]["mb"] / best["trl"]["mb"],
-        )
+            if name == "trl":
+                continue
+            speed = results[(name, mode, "speed")]
+            # The same runs without the final checkpoint, which TRL does not write.
+            unsaved = {k: min(r[k] - r[f"save_{k}"] for r in speed) for k in ("cpu", "wall")}
+            notes.append(
+                f"checkpointing {mode}, {labels[name]}: the final checkpoint took "
+                f"{min(r['save_cpu'] for r in speed):.1f} s CPU, "
+                f"{min(r['save_wall'] for r in speed):.1f} s wall; without it "
+                f"{tokens / unsaved['cpu']:,.0f} tokens/s (CPU), "
+                f"{tokens / unsaved['wall']:,.0f} (wall): speedup "
+                f"{tokens / unsaved[clock_kind] / trl_rate:.2f}"
+            )
+            ratios[(mode, labels[name])] = (
+                (tokens / b[clock_kind]) / trl_rate,
+                b["mb"] / best["trl"]["mb"],
+            )
     print(setup)
     print(describe(args.device))
     print("\n".join(rows))
     print("\n".join(notes))
-    for mode in modes[:-1]:
+    for (mode, label), (speed_ratio, mem_ratio) in list(ratios.items())[:-1]:
         print(
-            f"checkpointing {mode}: speedup {ratios[mode][0]:.2f}, memory ratio {ratios[mode][1]:.2f}"
+            f"checkpointing {mode}, {label}: speedup {speed_ratio:.2f}, memory ratio "
+            f"{mem_ratio:.2f}"
         )
-    speedup, memory_ratio = ratios[modes[-1]]
+    speedup, memory_ratio = list(ratios.values())[-1]
     if not args.no_record:
         record(setup, rows, notes, ratios, args.device)
     print(f"speedup: {speedup:.2f}")
@@ -378,10 +417,10 @@ def record(setup: str, rows: list[str], notes: list[str], ratios: dict, device: 
         "",
         *(f"- {note}" for note in notes),
         *(
-            f"- checkpointing {mode}: speedup {r[0]:.2f} (goal >= 1.3), memory ratio {r[1]:.2f} "
-            "(goal <= 1.0)"
+            f"- checkpointing {mode}, {label}: speedup {r[0]:.2f} (goal >= 1.3), memory ratio "
+            f"{r[1]:.2f} (goal <= 1.0)"
             + ("" if device == "cpu" else " (tokens per wall second, peak GPU memory)")
-            for mode, r in ratios.items()
+            for (mode, label), r in ratios.items()
         ),
         "",
         f"speedup: {last_speedup:.2f}",

@@ -70,13 +70,14 @@ from machine import DEVICES, check_device, describe, gpu_name, results_file
 from measure import clock, gpu_peak
 
 from coevo.envs import make
-from coevo.envs.episode import observation_message, opening_message
+from coevo.envs.conversation import observation_message, opening_message
 from coevo.envs.pool import EnvPool
 from coevo.policy.base import Sampling
 from coevo.policy.hf import HFPolicy
 from coevo.policy.models import PRETRAINED, get_model
 from coevo.render import render_prompt
-from coevo.rollout import episode_seed, rollout, step_seed
+from coevo.rollout import rollout
+from coevo.seeds import derive, episode_seed
 from coevo.trajectory import Turn
 
 RESULTS = results_file("rollout_speed", "cpu")
@@ -111,7 +112,7 @@ def one_at_a_time(policy, env, tasks, sampling, seed):
         turns = [Turn("user", opening_message(env, observation))]
         for step in range(env.max_steps):
             prompt = render_prompt(turns, policy.tokenizer, max_length=budget)
-            (completion,) = policy.generate([prompt], sampling, seeds=[step_seed(ep_seed, step)])
+            (completion,) = policy.generate([prompt], sampling, seeds=[derive(ep_seed, step)])
             result = env.step(completion.text)
             steps += 1
             turns.append(Turn("assistant", completion.text))

@@ -65,7 +65,7 @@ def toy_agent_dir(nano_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from coevo.envs.episode import expert_trajectory
+    from coevo.envs.conversation import expert_trajectory
     from coevo.render import render
     from tests.toy_env import ToyEnv
 

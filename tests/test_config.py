@@ -6,7 +6,7 @@ from typing import Literal
 import pytest
 
 from coevo.config import ConfigError, build, load, parse_overrides, save
-from coevo.methods.recipe import RunConfig
+from coevo.run.recipe import RunConfig
 
 
 @dataclass
@@ -90,7 +90,7 @@ def test_missing_and_bad_files(tmp_path):
 def test_the_override_error_gives_an_example_that_works():
     import re
 
-    from coevo.methods.recipe import RunConfig
+    from coevo.run.recipe import RunConfig
 
     with pytest.raises(ConfigError) as caught:
         parse_overrides(["lr"])

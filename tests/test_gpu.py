@@ -105,8 +105,8 @@ def test_a_grpo_step_on_cuda_measures_its_bf16_gap_and_takes_old_logps_from_the_
 
 
 def test_a_nano_eto_run_on_cuda_end_to_end(tmp_path):
-    from coevo.methods.recipe import RunConfig
     from coevo.methods.runner import execute
+    from coevo.run.recipe import RunConfig
     from coevo.store import Store
     from tests.methods.test_run import FAST
 

@@ -114,10 +114,10 @@ def test_why_no_pairs_says_what_the_rollouts_lacked():
 
 def test_a_preference_stage_without_pairs_says_why(tmp_path, capsys):
     from coevo.config import build
-    from coevo.methods import training
-    from coevo.methods.recipe import RunConfig
-    from coevo.methods.run import Run, StageModel
-    from coevo.pipeline import Pipeline
+    from coevo.run.context import Run, StageModel
+    from coevo.run.pipeline import Pipeline
+    from coevo.run.recipe import RunConfig
+    from coevo.stages import training
 
     config = build(RunConfig, {})
     run = Run(config, Pipeline(tmp_path, {}, name="runs/x"), store=None, pool=None)
@@ -127,5 +127,6 @@ def test_a_preference_stage_without_pairs_says_why(tmp_path, capsys):
     assert handed is start  # the model carries over untrained
     assert capsys.readouterr().err.splitlines() == [
         "runs/x: stage dpo-1-failure",
-        f"runs/x: stage dpo-1-failure: skipped, no pairs ({why}); the model carries over",
+        f"runs/x: stage dpo-1-failure: no pairs ({why}): nothing to learn from, so the stage is "
+        "skipped and the model carries over untrained",
     ]

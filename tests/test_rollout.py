@@ -7,10 +7,11 @@ from collections import Counter
 
 import pytest
 
-from coevo.envs.episode import replay
+from coevo.envs.conversation import replay
 from coevo.envs.pool import EnvPool, WorkerLost, attempt
 from coevo.policy.base import Completion, Sampling
-from coevo.rollout import episode_seed, rollout
+from coevo.rollout import rollout
+from coevo.seeds import episode_seed
 from tests.toy_env import ToyEnv
 
 

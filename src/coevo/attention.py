@@ -18,12 +18,15 @@ DPO: the same function serves forked rows (`pair_forks`, `forked_sdpa`): a prefe
 chosen and rejected sides usually open with the same tokens (the instruction, the first page,
 often the first exchange), so training sends that prefix through the model once and lets both
 continuations attend to it.
+
+SFT: it serves packed rows too (`packed_seqs`, `packed_rows_sdpa`): a batch's sequences one
+after another in one row, no padding, each attending to itself only.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -61,6 +64,9 @@ def packed_sdpa(
     forks = kwargs.pop("pair_forks", None)
     if forks is not None:
         return forked_sdpa(module, query, key, value, forks, dropout, scaling, **kwargs)
+    packed = kwargs.pop("packed_seqs", None)
+    if packed is not None:
+        return packed_rows_sdpa(module, query, key, value, packed, dropout, scaling, **kwargs)
     groups = getattr(module, "num_key_value_groups", 1)
     batch, heads, tokens, dim = query.shape
     packable = (
@@ -127,6 +133,76 @@ def forked_sdpa(
         start += p + c + r
     if start != query.shape[2]:
         raise ValueError(f"pair_forks cover {start} tokens but the row holds {query.shape[2]}.")
+    return torch.cat(parts, dim=1), None
+
+
+class PackedSeqs(NamedTuple):
+    """Sequences laid one after another in one row (SFT without padding), for `packed_sdpa`."""
+
+    lengths: tuple[int, ...]
+    """Each sequence's token count, in row order."""
+    bounds: torch.Tensor
+    """(sequences + 1,) int32, on the row's device: where each sequence starts, then the row's
+    end (a varlen kernel's `cu_seqlens`)."""
+
+
+def packed_rows_sdpa(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # (1, heads, tokens, head_dim): the sequences one after another
+    key: torch.Tensor,  # (1, kv_heads, tokens, head_dim)
+    value: torch.Tensor,
+    packed: PackedSeqs,
+    dropout: float,
+    scaling: float | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Causal attention within each packed sequence, never across: what a padded batch of
+    these sequences computes, without the pads.
+
+    On CUDA in half precision (or under half autocast) one varlen flash call covers the row
+    (torch's `varlen_attn`); elsewhere one causal SDPA call per sequence (the fused kernel, no
+    mask). The mask is not read: callers pass `fork_mask`, so that the model builds no
+    (tokens, tokens) one.
+    """
+    if sum(packed.lengths) != query.shape[2]:
+        raise ValueError(
+            f"packed_seqs cover {sum(packed.lengths)} tokens but the row holds {query.shape[2]}."
+        )
+    half = query.dtype if query.dtype in (torch.float16, torch.bfloat16) else None
+    if half is None and query.is_cuda and torch.is_autocast_enabled("cuda"):
+        # Under autocast with float32 weights the rotary embedding leaves queries and keys in
+        # float32; SDPA would run in the autocast dtype, and so does this.
+        half = torch.get_autocast_dtype("cuda")
+    if query.is_cuda and half is not None and not dropout:
+        from torch.nn.attention.varlen import varlen_attn
+
+        q, k, v = (x[0].transpose(0, 1).to(half).contiguous() for x in (query, key, value))
+        longest = max(packed.lengths)
+        out = varlen_attn(
+            q,  # (tokens, heads, head_dim)
+            k,  # (tokens, kv_heads, head_dim)
+            v,
+            packed.bounds,
+            packed.bounds,
+            longest,
+            longest,
+            scale=scaling,
+            window_size=(-1, 0),  # causal
+            enable_gqa=q.shape[1] != k.shape[1],
+        )
+        return out.unsqueeze(0), None  # (1, tokens, heads, head_dim)
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    parts = []
+    start = 0
+    for n in packed.lengths:
+        rows = slice(start, start + n)
+        q, k, v = (x[:, :, rows] for x in (query, key, value))
+        out, _ = sdpa_attention_forward(
+            module, q, k, v, None, dropout=dropout, scaling=scaling, is_causal=True, **kwargs
+        )
+        parts.append(out)  # (1, n, heads, head_dim)
+        start += n
     return torch.cat(parts, dim=1), None
 
 

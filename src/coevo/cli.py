@@ -17,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from coevo.envs import base as envs
-from coevo.envs.episode import expert_trajectory
+from coevo.envs.conversation import expert_trajectory
+from coevo.run.console import duration
 
 app = typer.Typer(
     help="Train LLM agents that improve themselves from their own interaction with text envs.",
@@ -291,10 +292,10 @@ def run_command(
 ) -> None:
     """Run a method recipe; rerunning the same directory skips finished stages and resumes."""
     from coevo.config import ConfigError, load
-    from coevo.methods.processes import ProcessesError
-    from coevo.methods.recipe import RunConfig
-    from coevo.pipeline import RunDirError
     from coevo.policy.models import ModelError
+    from coevo.run.pipeline import RunDirError
+    from coevo.run.processes import ProcessesError
+    from coevo.run.recipe import RunConfig
 
     try:
         recipe = load(RunConfig, config, overrides or [])
@@ -302,7 +303,7 @@ def run_command(
         fail(str(exc))
     try:  # the imports too: torch and transformers take seconds, a Ctrl-C may come then
         from coevo.methods.runner import execute
-        from coevo.quiet import quiet_libraries
+        from coevo.run.console import quiet_libraries
 
         quiet_libraries()
         started = time.monotonic()
@@ -319,18 +320,6 @@ def run_command(
             f"coevo report {escape(str(out))}",
             highlight=False,
         )
-
-
-def duration(seconds: float) -> str:
-    """`seconds` as a person says it: 42 s, 3 min 05 s, 2 h 07 min."""
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
 
 
 def interrupted() -> None:
@@ -454,14 +443,15 @@ def demo(
     """The quick start: SFT, ETO and failure-agent on the built-in sql env with
     SmolLM2-135M-Instruct, then the tables."""
     from coevo.config import ConfigError
-    from coevo.pipeline import RunDirError
     from coevo.policy.models import ModelError
+    from coevo.run.pipeline import RunDirError
 
     try:  # the imports too: torch and transformers take seconds, a Ctrl-C may come then
         from coevo.methods.demo import run_demo
-        from coevo.quiet import quiet_libraries
+        from coevo.run.console import quiet_libraries
 
         quiet_libraries()
+        began = time.monotonic()
         tables, page = run_demo(out, overrides or [])
     except (ConfigError, RunDirError, ModelError, envs.EnvError) as exc:
         fail(str(exc))
@@ -470,6 +460,7 @@ def demo(
     print(tables)
     console.print(f"tables written to {escape(str(out / 'compare.md'))}", soft_wrap=True)
     console.print(f"report written to {escape(str(page))}", soft_wrap=True)
+    console.print(f"demo done in {duration(time.monotonic() - began)}", soft_wrap=True)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import os
 import types
 import typing
 from collections.abc import Iterator
@@ -22,6 +23,13 @@ from typing import Any, Literal, TypeVar
 import yaml
 
 T = TypeVar("T")
+
+
+def coevo_cache(part: str) -> Path:
+    """Where coevo keeps what it builds once and reuses (catalogs, databases, converted models):
+    `$COEVO_CACHE/<part>`, else `~/.cache/coevo/<part>` (not created here)."""
+    base = os.environ.get("COEVO_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "coevo") / part
 
 
 class ConfigError(ValueError):
@@ -113,21 +121,35 @@ def _unknown(key: str, known: list[str], prefix: str) -> ConfigError:
     return ConfigError(f"Unknown config key '{prefix}{key}'.{hint}")
 
 
-def _dotted_keys(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
+def _dotted(values: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key, value in values.items():
-        yield f"{prefix}{key}"
+        yield f"{prefix}{key}", value
         if isinstance(value, dict):
-            yield from _dotted_keys(value, f"{prefix}{key}.")
+            yield from _dotted(value, f"{prefix}{key}.")
 
 
 def _check_moved(cls: type, values: dict[str, Any]) -> None:
     moved: dict[str, str] = getattr(cls, "MOVED", {})
     retired: dict[str, str] = getattr(cls, "RETIRED", {})
-    for key in _dotted_keys(values):
-        if key in moved:
+    for key, value in _dotted(values):
+        # A key that became a group of the same name (server -> server.url) is the group
+        # when its value is a mapping.
+        if key in moved and not (isinstance(value, dict) and moved[key].startswith(f"{key}.")):
             raise ConfigError(f"Config key '{key}' has moved to '{moved[key]}': write it there.")
         if key in retired:
             raise ConfigError(f"Config key '{key}' is gone: {retired[key]}.")
+
+
+def upgrade(values: dict[str, Any], moved: dict[str, str]) -> dict[str, Any]:
+    """A config saved by an earlier coevo (a run directory's `config.yaml`) with every key of
+    `moved` (a root dataclass's `MOVED`) in its new place: the one shim that lets older runs be
+    resumed, compared and started from."""
+    out: dict[str, Any] = {}
+    for key, value in _dotted(values):
+        if isinstance(value, dict) and value:
+            continue  # its leaves come on their own
+        _set_dotted(out, moved.get(key, key), value)
+    return out
 
 
 def build(cls: type[T], values: dict[str, Any], prefix: str = "") -> T:

@@ -21,7 +21,6 @@ start, once (its seeds make it the same episode); lost a second time, it ends, m
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -29,23 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coevo.envs.base import Env, StepResult
-from coevo.envs.episode import observation_message, opening_message
+from coevo.envs.conversation import observation_message, opening_message
 from coevo.envs.pool import EnvPool, WorkerLost
 from coevo.envs.react import parse
 from coevo.envs.workers import RayEnvPool
 from coevo.policy.base import Completion, Policy, Sampling, SessionPolicy
 from coevo.render import ContextTooLongError, Conversation
+from coevo.seeds import derive, episode_seed
 from coevo.trajectory import Task, Trajectory, Turn
-
-
-def episode_seed(seed: int, task_id: str, sample: int) -> int:
-    """A stable 63-bit seed for one (task, sample) episode of a rollout seeded `seed`."""
-    digest = hashlib.blake2b(f"{seed}|{task_id}|{sample}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
-
-
-def step_seed(seed: int, step: int) -> int:
-    return (seed * 1_000_003 + step * 7_919) % (1 << 63)
 
 
 @dataclass
@@ -134,7 +124,7 @@ def rollout(
                 except ContextTooLongError as exc:
                     ep.metadata["error"] = f"context: {exc}"
                     finished.append(ep)
-            seeds = [step_seed(ep.seed, ep.steps) for ep in waiting]
+            seeds = [derive(ep.seed, ep.steps) for ep in waiting]
             if not prompts:
                 completions = []
             elif sessions is not None:
@@ -290,7 +280,8 @@ LOG_WIDTH = 160
 
 
 class _Progress:
-    """A rich bar: episodes done, mean reward, generation steps per second."""
+    """A rich bar: episodes done, mean reward, generation steps per second, time elapsed and
+    the time left at the rate episodes have ended so far."""
 
     def __init__(self, description: str, total: int, *, enabled: bool) -> None:
         self.enabled = enabled and total > 0
@@ -306,6 +297,7 @@ class _Progress:
             Progress,
             TextColumn,
             TimeElapsedColumn,
+            TimeRemainingColumn,
         )
 
         console = Console()
@@ -318,6 +310,7 @@ class _Progress:
             TextColumn("episodes, mean reward {task.fields[reward]},"),
             TextColumn("{task.fields[rate]} steps/s"),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),  # from the episodes ended so far: shown once one has
             console=console,
         )
         self.task = self.progress.add_task(description, total=total, reward="-", rate="-")

@@ -18,7 +18,7 @@ with it when they are not in the store yet, matched by content.
 
 A damaged file (a disk that filled up, a copy cut short) is reported as a `StoreError` naming
 it, and is never written to: moved aside, it leaves the rest of the run usable, since a stage
-whose rows are missing from the store runs again (`coevo.pipeline`).
+whose rows are missing from the store runs again (`coevo.run.pipeline`).
 """
 
 from __future__ import annotations

@@ -134,3 +134,26 @@ def test_compare_command_pairs_with_the_baseline_it_is_given(tmp_path):
     assert row + "| [+0.0, +100.0] | 1 |" in shown.stdout
     plain = runner.invoke(app, ["compare", str(sft), str(eto), "--baseline", ""])
     assert plain.exit_code == 0 and "minus" not in plain.stdout
+
+
+def test_matched_eto_is_compared_with_failure_agent_and_eto(tmp_path):
+    from tests.analysis.test_null import archived_run
+
+    runs = [
+        archived_run(tmp_path, "sft", 1, {"test_seen": [0, 0]}, iteration=0),
+        archived_run(tmp_path, "eto", 1, {"test_seen": [1, 0]}),
+        archived_run(tmp_path, "failure_agent", 1, {"test_seen": [1, 1]}),
+        # An ETO run given failure-agent's DPO steps: the method is eto, its name tells it apart.
+        archived_run(tmp_path, "eto", 1, {"test_seen": [0, 1]}, name="eto_matched"),
+    ]
+    rows = paired(runs)["rows"]
+    assert list(rows) == [
+        "eto - sft",
+        "failure_agent - sft",
+        "eto_matched - sft",
+        "failure_agent - eto",
+        "eto_matched - failure_agent",
+        "eto_matched - eto",
+    ]
+    assert rows["eto_matched - failure_agent"]["shop test_seen"]["mean"] == -0.5
+    assert rows["eto_matched - eto"]["shop test_seen"]["mean"] == 0.0  # t0 down, t1 up

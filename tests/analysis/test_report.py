@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -129,6 +131,62 @@ def fake_run(root: Path, turns: tuple[Turn, ...]) -> Path:
     with Store(run) as store:
         store.add_trajectories([episode], stage="eval-0-test_seen")
     return run
+
+
+def verdict_lines(page: str) -> list[str]:
+    return [html.unescape(line) for line in re.findall(r'<p class="verdict">(.*?)</p>', page)]
+
+
+def test_the_page_opens_with_a_verdict_per_method(demo_like_runs, tmp_path):
+    page = write_report(demo_like_runs, tmp_path / "report").read_text()
+    sft_run, eto_run = demo_like_runs
+
+    def rewards(run: Path, stage: str) -> dict[str, float]:
+        with Store(run, readonly=True) as store:
+            return {t.task.id: t.reward for t in store.trajectories(stage=stage)}
+
+    sft, eto = [], []
+    for split in ("test_seen", "test_unseen"):
+        column = f"tests.toy_env:ToyEnv {split}"
+        baseline = rewards(sft_run, f"eval-0-{split}")
+        after = rewards(eto_run, f"eval-1-{split}")
+        start = statistics.fmean(rewards(eto_run, f"eval-0-{split}").values()) * 100
+        diffs = [after[task] - baseline[task] for task in baseline]
+        up, down = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+        sft.append(f"{column} {statistics.fmean(baseline.values()) * 100:.1f} (the baseline)")
+        eto.append(
+            f"{column} {start:.1f} -> {statistics.fmean(after.values()) * 100:.1f} "
+            f"({statistics.fmean(diffs) * 100:+.1f} vs sft, {up} tasks up / {down} down: "
+        )
+    first, second = verdict_lines(page)
+    assert first == "sft: " + "; ".join(sft)
+    assert second.startswith(f"eto: {eto[0]}") and f"; {eto[1]}" in second
+    # Before the runs table: the first thing the page says.
+    assert page.index('class="verdict"') < page.index('id="runs"')
+
+
+def test_the_report_shows_grpo_steps_without_signal(tmp_path):
+    run = fake_run(tmp_path, (Turn("user", "hi"), Turn("assistant", "Act")))
+    (run / "config.yaml").write_text(yaml.safe_dump({"method": "grpo", "env": {"name": "shop"}}))
+    (run / "stages" / "grpo-1").mkdir()
+    outputs = {"kind": "grpo", "steps": 3, "first_step": 1, "no_signal": [1.0, 0.5, 0.0]}
+    (run / "stages" / "grpo-1" / "manifest.json").write_text(json.dumps({"outputs": outputs}))
+    page = write_report([run], tmp_path / "report").read_text()
+    signal = "; GRPO: 50% of task groups without signal, 1 of 3 steps skipped for want of any"
+    assert verdict_lines(page) == [
+        f"grpo: no evaluation after its training yet (after SFT: shop test_seen 50.0){signal}"
+    ]
+    (run / "stages" / "eval-1").mkdir()
+    splits = {"test_seen": {"reward": 0.625, "success": 0.0, "n": 1}}
+    (run / "stages" / "eval-1" / "manifest.json").write_text(
+        json.dumps({"outputs": {"kind": "eval", "iteration": 1, "splits": splits}})
+    )
+    page = write_report([run], tmp_path / "report").read_text()
+    assert verdict_lines(page) == [f"grpo: shop test_seen 50.0 -> 62.5{signal}"]
+    table = page[page.index('id="grpo-signal"') :]
+    row = '<td class="text">grpo-1</td><td class="text">1-3</td><td>50</td><td>1 of 3</td>'
+    row += "<td>100 50 0</td>"
+    assert row in table[: table.index("</table>")]
 
 
 def test_cells_are_the_mean_and_spread_over_seeds(tmp_path):

@@ -10,9 +10,13 @@ from coevo.analysis.stats import (
     TASKS_DOWN,
     TASKS_UP,
     counts,
+    detectable,
+    pooled_sd,
     seed_interval,
     sign_flip_test,
     signed_sums,
+    split_test,
+    t_quantile_80,
     t_quantile_975,
     verdict,
 )
@@ -103,3 +107,48 @@ def test_a_gain_needs_both_levels():
     assert verdict(4.0, 0.01, None) == TASKS_UP  # too few seeds to say more
     assert verdict(-4.0, 0.01, None) == TASKS_DOWN
     assert verdict(0.0, 1.0, None) == NOT_SHOWN
+
+
+def test_t_quantiles_for_power():
+    assert t_quantile_80(2) == 1.0607
+    assert t_quantile_80(30) == 0.8538
+    assert t_quantile_80(60) == pytest.approx(0.847653, abs=1e-5)  # mpmath's t inverse
+    assert t_quantile_80(10_000) == pytest.approx(0.841657, abs=1e-5)
+
+
+def test_detectable_reproduces_the_issue_s_power_figures():
+    # Shop: per-task paired spread 26 points, seed spread 4. At 50 tasks x 3 seeds the standard
+    # error is sqrt(26^2 / 150 + 4^2 / 3) = sqrt(4.5067 + 5.3333) = 3.1369, times
+    # 1.9600 + 0.8416 = 2.8016: 8.79, "about 9 points".
+    assert detectable(26, 4, 50, 3) == pytest.approx(8.7882, abs=1e-4)
+    # The paper's 6-point margin: 8 seeds x 33 tasks, sqrt(676 / 264 + 16 / 8) = 2.1356 -> 5.98;
+    # 10 x 23, sqrt(676 / 230 + 1.6) = 2.1305 -> 5.97. A 3-point one: 20 x 100,
+    # sqrt(0.338 + 0.8) = 1.0668 -> 2.99.
+    assert detectable(26, 4, 33, 8) == pytest.approx(5.9829, abs=1e-4)
+    assert detectable(26, 4, 23, 10) == pytest.approx(5.9688, abs=1e-4)
+    assert detectable(26, 4, 100, 20) == pytest.approx(2.9886, abs=1e-4)
+    # The verdict's own seed-level test at 3 seeds, t with df 2: (4.3027 + 1.0607) * 3.1369.
+    assert detectable(26, 4, 50, 3, df=2) == pytest.approx(16.8243, abs=1e-4)
+    # No seed spread: the task term alone, 2.8016 * 26 / sqrt(150) = 2.8016 * 2.1229 = 5.9475.
+    assert detectable(26, 0, 50, 3) == pytest.approx(5.9475, abs=1e-4)
+    with pytest.raises(ValueError, match="seeds >= 1"):
+        detectable(26, 4, 50, 0)
+
+
+def test_pooled_sd_is_the_spread_about_each_group_s_own_mean():
+    # [1, 3]: squares 1 + 1; [2, 4, 6]: 4 + 0 + 4; [5] adds none. sqrt(10 / (1 + 2)) = 1.8257.
+    assert pooled_sd([t(1, 3), t(2, 4, 6), t(5)]) == pytest.approx(1.825742, abs=1e-6)
+    assert pooled_sd([t(5)]) == 0.0
+
+
+def test_split_test_shuffles_tasks_between_the_sets_within_each_seed():
+    # [1, 2] against [3, 4]: of the 6 ways to pick the first set's two values only {1, 2} and
+    # {3, 4} give |mean difference| 2: p = 2/6.
+    assert split_test([t(1, 2)], [t(3, 4)], draws=100_000) == pytest.approx(1 / 3, abs=0.005)
+    # Two seeds, the second shifted by 10. Within each seed the 6 relabellings give mean
+    # differences -2, -1, 0, 0, 1, 2; the statistic is their mean over the seeds, which
+    # reaches |2| only when both seeds give -2 or both +2: p = 2/36. Pooling the seeds would
+    # mix the shift into the test.
+    first, second = [t(1, 2), t(11, 12)], [t(3, 4), t(13, 14)]
+    assert split_test(first, second, draws=100_000) == pytest.approx(1 / 18, abs=0.003)
+    assert split_test(first, second) == split_test(first, second)  # a fixed seed

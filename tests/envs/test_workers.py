@@ -85,8 +85,8 @@ def test_a_run_with_env_workers_is_the_run_without(cluster, tmp_path, one_thread
     """Every use of the run's envs goes through the workers: tasks, expert demonstrations, the
     nano model's corpus, evaluation."""
     from coevo.config import build
-    from coevo.methods.recipe import RunConfig
     from coevo.methods.runner import execute
+    from coevo.run.recipe import RunConfig
     from coevo.store import Store
 
     recipe = {
@@ -94,7 +94,7 @@ def test_a_run_with_env_workers_is_the_run_without(cluster, tmp_path, one_thread
         "env": {"name": "tests.toy_env:ToyEnv", "options": {"n_tasks": 4}},
         "model": {"size": "nano", "max_length": 512},
         "sft": {"epochs": 2, "batch_size": 4, "progress": False},
-        "eval": {"max_new_tokens": 16, "batch_size": 4},
+        "eval": {"sampling": {"max_new_tokens": 16}, "batch_size": 4},
     }
     local = execute(build(RunConfig, recipe), tmp_path / "local", quiet=True)
     workers = execute(

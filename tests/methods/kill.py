@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -24,7 +25,8 @@ def run_until_rows(
 ) -> list[tuple]:
     """Start `coevo run recipe --out run` in its own process group, poll its store with `query`
     and kill the group (SIGKILL) as soon as the query returns rows, or when it gives up after
-    `timeout` seconds or the run ends first. Returns those rows (empty: never reached).
+    `timeout` seconds. Returns those rows (empty: never reached); a run that ends first is an
+    error that quotes the end of its output.
 
     `stop_at` (target, key=value, before|after: `tests.methods.stopping`) makes the run stop
     itself at that call, so that on a busy machine it cannot run past the moment the kill is
@@ -34,19 +36,17 @@ def run_until_rows(
         cmd = [sys.executable, "-m", "coevo.cli", *run_args]
     else:
         cmd = [sys.executable, "-m", "tests.methods.stopping", *stop_at, *run_args]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    log = run.parent / f"{run.name}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=out, stderr=out, start_new_session=True
+        )
     db = run / "store.sqlite"
     rows: list[tuple] = []
     deadline = time.time() + timeout
     try:
-        while time.time() < deadline and proc.poll() is None:
+        while time.time() < deadline:
+            ended = proc.poll()  # read before the query: rows written at the end still count
             if db.exists():
                 con = sqlite3.connect(db)
                 try:
@@ -55,10 +55,15 @@ def run_until_rows(
                     rows = []
                 finally:
                     con.close()
-                if rows:
-                    break
+            if rows or ended is not None:
+                break
             time.sleep(0.05)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        ended = proc.poll()
+        with contextlib.suppress(ProcessLookupError):  # the group may be gone already
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    if not rows and ended is not None:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise AssertionError(f"the run ended (exit {ended}) before {query!r} found rows:\n{tail}")
     return rows

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from coevo.methods import processes
+from coevo.run import processes
 
 if __name__ == "__main__":
     processes.WAIT = timedelta(seconds=20)  # a hang is cut short here; a closed peer is at once

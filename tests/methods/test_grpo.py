@@ -11,10 +11,10 @@ import yaml
 
 from coevo.analysis.compare import compare
 from coevo.config import ConfigError, build
-from coevo.methods.grpo import intervals
-from coevo.methods.recipe import RunConfig
+from coevo.methods.grpo import intervals, no_signal_note
 from coevo.methods.runner import execute
-from coevo.records import GrpoRecord
+from coevo.run.recipe import RunConfig
+from coevo.run.records import GrpoRecord
 from coevo.store import Store
 from tests.methods.kill import run_until_rows
 from tests.methods.test_run import FAST, manifest_times
@@ -24,8 +24,7 @@ GRPO = {
     "eval_every": 2,
     "tasks_per_step": 4,
     "samples": 4,
-    "temperature": 1.0,
-    "max_new_tokens": 24,
+    "sampling": {"temperature": 1.0, "max_new_tokens": 24},
     "rollout_batch_size": 16,
     "progress": False,
     "optim": {"lr": 1e-3},
@@ -66,6 +65,40 @@ def test_grpo_trains_and_evaluates_one_stage_per_interval(grpo_run):
     assert list((grpo_run / "stages/grpo/checkpoints").glob("step-3"))
     saved = yaml.safe_load((grpo_run / "config.yaml").read_text())
     assert "grpo" in saved and not {"dpo", "explore", "iterations", "eto"} & saved.keys()
+
+
+def test_the_plan_names_each_interval_with_its_steps(grpo_run, tmp_path):
+    from coevo.methods.registry import method
+    from coevo.run.estimate import GRPO as STEPS
+    from coevo.run.estimate import measured
+    from tests.methods.test_run import scope_of
+
+    config = build(RunConfig, VALUES)
+    times = manifest_times(grpo_run)
+    with scope_of(config, tmp_path / "fresh") as fresh:
+        planned = method("grpo").plan(fresh)
+    assert [p.name for p in planned] == sorted(times, key=times.get)
+    first, second = (p for p in planned if p.name.startswith("grpo-"))
+    assert (first.work, first.units, second.units) == (STEPS, 2, 1)
+    assert first.what.startswith("2 GRPO steps (steps 1-2 of 3), each 16 episodes (4 tasks x 4 ")
+    with scope_of(config, grpo_run) as finished:
+        for p in method("grpo").plan(finished):
+            did = measured(finished.outputs(p.name) or {})
+            assert did == ((p.work, p.units) if p.work else None)
+
+
+def test_steps_without_signal_are_said_in_words():
+    assert no_signal_note([]) is None
+    text, warning = no_signal_note([0.25, 0.0])
+    assert (text, warning) == (
+        "12% of task groups had no signal (every sample of the task scored alike)",
+        False,
+    )
+    assert no_signal_note([0.5, 0.75])[1]  # most groups taught nothing
+    text, warning = no_signal_note([1.0, 0.5, 1.0])
+    assert warning and text.startswith(
+        "2 of 3 steps had no signal in any group, so their updates were skipped; 83% of task "
+    )
 
 
 def test_every_step_stores_its_groups(grpo_run):

@@ -8,11 +8,11 @@ from typer.testing import CliRunner
 from coevo.cli import app
 from coevo.config import ConfigError, build
 from coevo.envs.base import EnvError, make
-from coevo.envs.episode import opening_message
+from coevo.envs.conversation import opening_message
 from coevo.methods.preflight import check_recipe, prompt_counter
-from coevo.methods.recipe import RunConfig
 from coevo.methods.runner import execute
-from coevo.pipeline import RunDirError
+from coevo.run.pipeline import RunDirError
+from coevo.run.recipe import RunConfig
 from tests.methods.test_run import FAST
 
 
@@ -116,9 +116,19 @@ def test_a_damaged_store_stops_the_run_with_one_sentence_and_is_kept(tmp_path):
 @pytest.mark.parametrize(
     ("override", "needle"),
     [
-        ("explore.temperature=-1", "explore.temperature must be >= 0 (0 = greedy), got -1.0"),
-        ("explore.top_p=0", "explore.top_p must be in (0, 1], got 0.0"),
-        ("eval.max_new_tokens=0", "eval.max_new_tokens must be at least 1, got 0"),
+        (
+            "explore.sampling.temperature=-1",
+            "explore.sampling.temperature must be >= 0 (0 = greedy), got -1.0",
+        ),
+        ("explore.sampling.top_p=0", "explore.sampling.top_p must be in (0, 1], got 0.0"),
+        (
+            "eval.sampling.max_new_tokens=0",
+            "eval.sampling.max_new_tokens must be at least 1, got 0",
+        ),
+        (
+            "agent_data.explorer.sampling.top_p=2",
+            "agent_data.explorer.sampling.top_p must be in (0, 1], got 2.0",
+        ),
         ("env.train_tasks=0", "env.train_tasks must be >= 1, got 0"),
         ("env.eval_tasks=0", "env.eval_tasks must be >= 1, got 0"),
         ("explore.batch_size=0", "explore.batch_size must be >= 1, got 0"),

@@ -16,7 +16,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from coevo.methods.processes import Processes
+from coevo.run.processes import Processes
 from coevo.store import Store
 from tests.launch import launch, single
 
@@ -27,8 +27,8 @@ RECIPE = {
     "model": {"size": "nano", "max_length": 512, "dtype": "float64", "device": "cpu"},
     "sft": {"epochs": 4, "batch_size": 2, "optim": {"lr": 3e-3}, "progress": False},
     "dpo": {"epochs": 1, "batch_size": 2, "optim": {"lr": 1e-3}, "progress": False},
-    "explore": {"samples": 2, "max_new_tokens": 24, "batch_size": 8, "chunk": 4},
-    "eval": {"max_new_tokens": 24, "batch_size": 8},
+    "explore": {"samples": 2, "sampling": {"max_new_tokens": 24}, "batch_size": 8, "chunk": 4},
+    "eval": {"sampling": {"max_new_tokens": 24}, "batch_size": 8},
 }
 
 

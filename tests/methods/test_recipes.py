@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from coevo.config import load
-from coevo.methods.recipe import RunConfig
+from coevo.run.recipe import RunConfig
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*/*.yaml"))
 
@@ -40,8 +40,8 @@ def test_valid_split_is_the_train_tail_the_run_never_trains_on(tmp_path):
     from coevo.config import build
     from coevo.envs.base import make
     from coevo.envs.pool import EnvPool
-    from coevo.methods.run import Run
-    from coevo.pipeline import Pipeline
+    from coevo.run.context import Run
+    from coevo.run.pipeline import Pipeline
 
     values = {
         "env": {"name": "tests.toy_env:ToyEnv", "valid_tasks": 3, "train_tasks": 4},
@@ -72,6 +72,17 @@ def test_valid_split_is_the_train_tail_the_run_never_trains_on(tmp_path):
         ("lambda_sft=0.5", "Config key 'lambda_sft' has moved to 'failure_agent.lambda_sft'"),
         ("within_agent_pairs=false", "'within_agent_pairs' has moved to 'failure_agent.within_"),
         ("hard_negative_threshold=0.5", "has moved to 'analysis.hard_negative_threshold'"),
+        ("explore.temperature=0.5", "'explore.temperature' has moved to 'explore.sampling.temp"),
+        ("eval.max_new_tokens=9", "'eval.max_new_tokens' has moved to 'eval.sampling.max_new_"),
+        ("grpo.top_p=0.9", "'grpo.top_p' has moved to 'grpo.sampling.top_p'"),
+        (
+            "agent_data.explorer.server=http://x/v1",
+            "'agent_data.explorer.server' has moved to 'agent_data.explorer.server.url'",
+        ),
+        (
+            "agent_data.explorer.server_model=m",
+            "'agent_data.explorer.server_model' has moved to 'agent_data.explorer.server.model'",
+        ),
         ("sft.seed=3", "Config key 'sft.seed' is gone: the trainers are seeded from the run's"),
         ("dpo.output_dir=x", "Config key 'dpo.output_dir' is gone: each stage trains in its own"),
     ],

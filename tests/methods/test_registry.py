@@ -5,18 +5,19 @@ from __future__ import annotations
 import pytest
 
 from coevo.config import ConfigError, build, load
-from coevo.methods.recipe import RunConfig
 from coevo.methods.registry import METHODS, OPTIONAL, method
 from coevo.methods.runner import recorded
+from coevo.run.recipe import RunConfig
 
 
 def test_an_unknown_method_names_the_known_ones():
-    with pytest.raises(ConfigError, match="method must be one of 'sft', 'rft', 'eto', "):
+    with pytest.raises(ConfigError, match="method must be one of 'base', 'sft', 'rft', 'eto', "):
         method("ppo")
     assert all(callable(m.loop) for m in METHODS.values())
     # grpo and agent_data sample with GRPO's own settings
-    samplers = [m for m in METHODS if m not in ("sft", "grpo", "agent_data")]
+    samplers = [m for m in METHODS if m not in ("base", "sft", "grpo", "agent_data")]
     assert not method("sft").explores and all(method(m).explores for m in samplers)
+    assert not method("base").explores
 
 
 PREFERENCE = {"iterations", "dpo", "explore", "analysis", "eto", "failure_agent"}
@@ -25,6 +26,7 @@ PREFERENCE = {"iterations", "dpo", "explore", "analysis", "eto", "failure_agent"
 @pytest.mark.parametrize(
     ("name", "reads"),
     [
+        ("base", set()),
         ("sft", set()),
         ("rft", {"rft", "explore", "analysis"}),
         ("eto", PREFERENCE - {"failure_agent"}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -92,3 +93,22 @@ def test_rft_with_dart_probes_then_samples_the_hard_tasks_again(dart_run):
     sft = json.loads((dart_run / "stages/sft-rft-1/manifest.json").read_text())["inputs"]
     assert sft["trajectories"] == len(experts) + len(distinct_successes(probes + extras))
     assert sft["start"] == str(dart_run / "stages/model/model")
+
+
+def test_the_plan_names_the_rounds_stages(dart_run, tmp_path):
+    from coevo.methods.registry import method
+    from tests.methods.test_run import manifest_times, scope_of
+
+    config = recipe(
+        method="rft", rft={"rounds": 1, "dart": True, "dart_probes": 2, "dart_budget": 4}
+    )
+    times = manifest_times(dart_run)
+    # DART's extra samples make one stage per sample count, which only the probes decide.
+    ran = [re.sub(r"extra\d+$", "extra<n>", name) for name in sorted(times, key=times.get)]
+    with scope_of(config, tmp_path / "fresh") as fresh:
+        planned = method("rft").plan(fresh)
+    assert [p.name for p in planned] == list(dict.fromkeys(ran))
+    extra = next(p for p in planned if p.name == "rft-1-extra<n>")
+    assert (extra.units, extra.exact) == (16, False)  # 8 tasks x (4 - 2) at most
+    with scope_of(config, dart_run) as finished:
+        assert all(finished.done(p.name) for p in method("rft").plan(finished))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,8 +17,14 @@ from typer.testing import CliRunner
 from coevo.analysis.compare import compare
 from coevo.cli import app
 from coevo.config import build, load
-from coevo.methods.recipe import RunConfig
-from coevo.methods.runner import execute
+from coevo.methods.plan import Scope, announce
+from coevo.methods.registry import method
+from coevo.methods.runner import env_pool, execute, recorded
+from coevo.run.context import Run
+from coevo.run.estimate import DPO, measured
+from coevo.run.pipeline import Pipeline
+from coevo.run.recipe import RunConfig
+from coevo.seeds import derive, trainer_seed
 from coevo.store import Store
 from tests.methods.kill import run_until_rows
 
@@ -30,8 +39,8 @@ FAST = {
     "iterations": 2,
     "sft": {"epochs": 8, "batch_size": 4, "optim": {"lr": 3e-3}, "progress": False},
     "dpo": {"epochs": 1, "batch_size": 4, "optim": {"lr": 1e-4}, "progress": False},
-    "explore": {"samples": 2, "max_new_tokens": 24, "batch_size": 16, "chunk": 4},
-    "eval": {"max_new_tokens": 24, "batch_size": 16},
+    "explore": {"samples": 2, "sampling": {"max_new_tokens": 24}, "batch_size": 16, "chunk": 4},
+    "eval": {"sampling": {"max_new_tokens": 24}, "batch_size": 16},
 }
 
 
@@ -57,7 +66,7 @@ def manifest_times(run: Path) -> dict[str, float]:
 
 def test_failure_agent_runs_every_stage(failure_run):
     stages = set(manifest_times(failure_run))
-    expected = {"experts", "model", "model-seed1", "sft-target", "sft-failure", "eval-0"}
+    expected = {"experts", "model", "model-failure", "sft-target", "sft-failure", "eval-0"}
     for i in (1, 2):
         expected |= {
             f"explore-{i}-target",
@@ -100,18 +109,20 @@ def test_every_training_stage_records_what_it_trained_with(failure_run):
     trained = {
         s: stage_inputs(failure_run, s)["trained_with"] for s in ("sft-target", "sft-failure")
     }
-    assert (trained["sft-target"]["seed"], trained["sft-failure"]["seed"]) == (0, 1)
+    seeds = (trained["sft-target"]["seed"], trained["sft-failure"]["seed"])
+    assert seeds == (0, trainer_seed(0, "failure"))  # coevo.seeds: one seed per part
     assert trained["sft-target"]["optim"]["lr"] == FAST["sft"]["optim"]["lr"]
     # ETO's schedule, which the failure-agent method follows: from iteration 2 on, eto.later_*.
     defaults = build(RunConfig, {}).eto
     for agent in ("target", "failure"):
         first = stage_inputs(failure_run, f"dpo-1-{agent}")["trained_with"]
         second = stage_inputs(failure_run, f"dpo-2-{agent}")["trained_with"]
-        assert (first["optim"]["lr"], first["beta"], first["seed"]) == (1e-4, 0.1, 1)
+        assert (first["optim"]["lr"], first["beta"]) == (1e-4, 0.1)
+        assert first["seed"] == trainer_seed(0, "dpo", 1)
         assert (second["optim"]["lr"], second["beta"]) == (defaults.later_lr, defaults.later_beta)
-        assert second["seed"] == 2
+        assert second["seed"] == trainer_seed(0, "dpo", 2)
     explored = stage_inputs(failure_run, "explore-1-target")
-    assert explored["seed"] == 1 and explored["samples"] == 2
+    assert explored["seed"] == derive(0, "explore", 1) and explored["samples"] == 2
 
 
 def test_the_saved_recipe_is_the_one_its_method_read(failure_run):
@@ -128,8 +139,8 @@ def test_the_saved_recipe_is_the_one_its_method_read(failure_run):
 
 
 def test_models_handed_on_in_memory_give_the_run_that_loading_them_gives(tmp_path, monkeypatch):
-    from coevo.methods.run import Run
     from coevo.policy import hf
+    from coevo.run.context import Run
 
     played_in_memory: list[bool] = []
     init = hf.HFPolicy.__init__
@@ -157,6 +168,68 @@ def test_models_handed_on_in_memory_give_the_run_that_loading_them_gives(tmp_pat
         assert outputs[0] == outputs[1]
     weights = "stages/dpo-1-target/model/model.safetensors"
     assert (memory / weights).read_bytes() == (disk / weights).read_bytes()
+
+
+@contextmanager
+def scope_of(config: RunConfig, run_dir: Path) -> Iterator[Scope]:
+    """What a plan reads, for `config`'s run in `run_dir` (a fresh one: nothing done yet)."""
+    pool = env_pool(config)
+    try:
+        yield Scope(Run(config, Pipeline(run_dir, recorded(config)), None, pool))  # type: ignore[arg-type]
+    finally:
+        pool.close()
+
+
+def test_the_plan_names_the_stages_the_loop_runs_with_their_sizes(failure_run, tmp_path):
+    config = recipe(method="failure_agent")
+    plan = method("failure_agent").plan
+    times = manifest_times(failure_run)
+    with scope_of(config, tmp_path / "fresh") as fresh:
+        planned = plan(fresh)
+        assert [p.name for p in planned] == sorted(times, key=times.get)  # the loop's order
+        sizes = {p.name: p for p in planned}
+        assert (sizes["explore-2-failure"].units, sizes["eval-1"].units) == (16, 16)
+        # Before the experts are played, SFT's size is a bound: 8 train tasks at most.
+        assert (sizes["sft-target"].units, sizes["sft-target"].exact) == (16, False)
+        assert not sizes["dpo-1-target"].exact  # its pairs are what exploration finds
+        assert announce(fresh, planned)[0].endswith(": plan (failure_agent): 16 stages to run")
+    with scope_of(config, failure_run) as finished:
+        for p in plan(finished):
+            did = measured(finished.outputs(p.name) or {})
+            if did is None:  # not counted, or a DPO stage skipped for want of pairs
+                assert p.work in ("", DPO)
+            elif p.exact:
+                assert did == (p.work, p.units)
+            else:
+                assert did[0] == p.work and did[1] <= p.units
+        lines = announce(finished, plan(finished))
+        assert lines == [f"{failure_run}: plan: all 16 stages finished before, nothing to run"]
+
+
+def test_a_run_says_its_plan_the_time_left_and_what_did_not_learn(tmp_path, capsys):
+    small = {
+        "env": {**FAST["env"], "eval_tasks": 4},
+        "sft": {**FAST["sft"], "epochs": 2},
+        "explore": {**FAST["explore"], "samples": 1},
+        "dpo": {**FAST["dpo"], "optim": {"lr": 0.0}},  # a DPO stage that cannot learn
+    }
+    run = execute(recipe(method="eto", iterations=1, **small), tmp_path / "eto", quiet=False)
+    err = capsys.readouterr().err
+    # Before the first stage: what it will run, by name and size.
+    plan = err[err.index(f"{run}: plan (eto): 7 stages to run") : err.index("stage experts")]
+    assert "  sft-target        SFT: up to 4 optimizer steps (2 epochs over up to 8 " in plan
+    assert "  eval-0            8 episodes (test_seen 4, test_unseen 4), greedy" in plan
+    assert "  explore-1-target  8 episodes (8 train tasks x 1 sample)" in plan
+    assert "  dpo-1-target      DPO: up to 2 optimizer steps on the pairs exploration" in plan
+    # Once a kind of work is timed: the time left, and what it cannot count yet.
+    assert re.search(
+        rf"{run}: about .+ left in 3 stages \(at this run's .+ s an episode\); "
+        r"not counted: dpo-1-target",
+        err,
+    )
+    # SFT moved the weights; DPO at lr 0 did not, and says so.
+    assert f"{run}: stage sft-target: weights moved: largest change" in err
+    assert f"{run}: stage dpo-1-target: the weights did not move (largest change 0" in err
 
 
 def test_compare_reads_the_run(failure_run):
@@ -229,7 +302,7 @@ def test_eto_takes_the_first_target_exploration_from_a_failure_agent_run(failure
     weights = "stages/dpo-1-target/model/model.safetensors"
     assert (taken / weights).read_bytes() == (own / weights).read_bytes()
     # Explored with other settings, or a method without DPO phases: the SFT start only.
-    hotter = {**FAST["explore"], "temperature": 0.5}
+    hotter = {**FAST["explore"], "sampling": {"temperature": 0.5}}
     for name, changes in {
         "hot": {"method": "eto", "explore": hotter},
         "rft": {"method": "rft"},
@@ -242,7 +315,7 @@ def test_eto_takes_the_first_target_exploration_from_a_failure_agent_run(failure
 
 
 def test_a_finished_run_continues_with_more_iterations(tmp_path):
-    from coevo.pipeline import RunDirError
+    from coevo.run.pipeline import RunDirError
 
     run = execute(recipe(method="eto", iterations=0), tmp_path / "run", quiet=True)
     before = manifest_times(run)
@@ -251,8 +324,8 @@ def test_a_finished_run_continues_with_more_iterations(tmp_path):
     assert all(after[name] == t for name, t in before.items())  # nothing finished was redone
     assert {"explore-1-target", "dpo-1-target", "eval-1"} <= set(after)
     assert yaml.safe_load((run / "config.yaml").read_text())["iterations"] == 1
-    hotter = {**FAST["explore"], "temperature": 0.5}
-    with pytest.raises(RunDirError, match=r"explore.temperature \(1.0 -> 0.5\)"):
+    hotter = {**FAST["explore"], "sampling": {"temperature": 0.5}}
+    with pytest.raises(RunDirError, match=r"explore.sampling.temperature \(1.0 -> 0.5\)"):
         execute(recipe(method="eto", iterations=1, explore=hotter), run, quiet=True)
 
 
@@ -310,12 +383,12 @@ def test_resume_after_kill_mid_iteration(tmp_path):
 
 def test_config_errors_name_themselves(tmp_path):
     config = tmp_path / "r.yaml"
-    config.write_text("method: eto\nexplore:\n  temprature: 0.5\n")
+    config.write_text("method: eto\nexplore:\n  sampling:\n    temprature: 0.5\n")
     result = CliRunner().invoke(app, ["run", str(config), "--out", str(tmp_path / "x")])
     assert result.exit_code == 2
     assert (
-        "Unknown config key 'explore.temprature'. Did you mean 'explore.temperature'?"
-        in result.output
+        "Unknown config key 'explore.sampling.temprature'. Did you mean "
+        "'explore.sampling.temperature'?" in result.output
     )
     # The method is checked against the registry once the recipe has loaded.
     config.write_text("method: eto\n")
@@ -351,3 +424,17 @@ def test_a_run_ends_with_its_time_and_the_report_command(failure_run, tmp_path):
     assert f"{failure_run}: done in " in result.output
     assert f"coevo report {failure_run}" in result.output
     assert [duration(s) for s in (42.4, 185, 7620)] == ["42 s", "3 min 05 s", "2 h 07 min"]
+
+
+def test_the_base_method_evaluates_the_model_untrained(tmp_path):
+    run = execute(recipe(method="base"), tmp_path / "base", quiet=True)
+    assert set(manifest_times(run)) == {"model", "eval-0"}
+    from coevo.analysis.compare import compare
+
+    rows = compare([run])
+    assert rows  # a row to compare SFT's gain with
+    with Store(run, create=False) as store:
+        assert {t.task.split for t in store.trajectories(stage="eval-0-test_seen")} == {"test_seen"}
+        assert store.count("trajectories") == len(
+            store.trajectories(stage="eval-0-test_seen")
+        ) + len(store.trajectories(stage="eval-0-test_unseen"))

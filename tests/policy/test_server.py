@@ -168,8 +168,8 @@ def test_a_run_on_the_server_backend_plays_what_the_in_process_run_plays(
     """ETO, one iteration, LoRA in every stage: the server loads each stage's adapter (the DPO
     stage's stacked on the SFT stage's) and exploration and evaluation go through it."""
     from coevo.config import build
-    from coevo.methods.recipe import RunConfig
     from coevo.methods.runner import execute
+    from coevo.run.recipe import RunConfig
     from coevo.store import Store
 
     lora = {"r": 4, "alpha": 8}
@@ -182,8 +182,8 @@ def test_a_run_on_the_server_backend_plays_what_the_in_process_run_plays(
                 "progress": False},
         "dpo": {"epochs": 1, "batch_size": 4, "optim": {"lr": 1e-3}, "lora": lora,
                 "progress": False},
-        "explore": {"samples": 2, "max_new_tokens": 24, "batch_size": 8},
-        "eval": {"max_new_tokens": 24, "batch_size": 8},
+        "explore": {"samples": 2, "sampling": {"max_new_tokens": 24}, "batch_size": 8},
+        "eval": {"sampling": {"max_new_tokens": 24}, "batch_size": 8},
     }  # fmt: skip
     server.fail = 0
     server.adapters.clear()
@@ -224,8 +224,8 @@ def test_full_fine_tuning_reaches_the_server_through_the_reload_command(
     import sys
 
     from coevo.config import build
-    from coevo.methods.recipe import RunConfig
     from coevo.methods.runner import execute
+    from coevo.run.recipe import RunConfig
     from coevo.store import Store
 
     server.fail = 0
@@ -236,7 +236,7 @@ def test_full_fine_tuning_reaches_the_server_through_the_reload_command(
         "env": {"name": "tests.toy_env:ToyEnv", "options": {"n_tasks": 4}},
         "model": {"path": str(toy_agent_dir), "max_length": 512, "dtype": "float64"},
         "sft": {"epochs": 2, "batch_size": 4, "optim": {"lr": 3e-3}, "progress": False},
-        "eval": {"max_new_tokens": 24, "batch_size": 8},
+        "eval": {"sampling": {"max_new_tokens": 24}, "batch_size": 8},
     }
     served = {**recipe, "model": {**recipe["model"], "backend": "server"}}
     served["server"] = {"url": url, "model": "toy", "max_context": 1024, "reload_timeout": 60,

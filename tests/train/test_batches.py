@@ -11,6 +11,7 @@ from coevo.train.batches import (
     Tokens,
     check_seq,
     collate_dpo,
+    collate_packed,
     dpo_examples,
     lm_examples,
     sft_examples,
@@ -32,6 +33,16 @@ def test_dpo_batch_is_chosen_rows_then_rejected_rows_padded_to_the_batch_max():
     assert batch["weight"].tolist() == [0.5, 1.0]
     assert batch["sft_weight"].tolist() == pytest.approx([0.1, 0.0])
     assert batch["ref_chosen"][0].item() == -1.0 and torch.isnan(batch["ref_chosen"][1])
+
+
+def test_packed_batch_is_one_row_with_positions_restarting_and_no_first_token_learned():
+    # The second sequence's first token is the agent's, but nothing of its own predicts it:
+    # in one row the token before it is the first sequence's last.
+    batch = collate_packed([Tokens((1, 2, 3), (0, 1, 1)), Tokens((4, 5), (1, 1))])
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1]]
+    assert batch["action_mask"].tolist() == [[0, 1, 1, 0, 1]]
+    assert batch["lengths"].tolist() == [3, 2]
 
 
 def test_length_batches_cover_everything_once_group_lengths_and_are_reproducible():
@@ -58,7 +69,7 @@ def test_sequences_without_agent_tokens_are_an_error_not_a_skip():
 def test_builders_render_trajectories_and_pairs(nano_model_dir):
     from transformers import AutoTokenizer
 
-    from coevo.envs.episode import expert_trajectory, replay
+    from coevo.envs.conversation import expert_trajectory, replay
     from coevo.envs.react import format_reply
     from coevo.render import render
     from coevo.trajectory import Pair
@@ -79,7 +90,7 @@ def test_builders_render_trajectories_and_pairs(nano_model_dir):
 def test_lm_examples_learn_every_token_observations_included(nano_model_dir):
     from transformers import AutoTokenizer
 
-    from coevo.envs.episode import expert_trajectory
+    from coevo.envs.conversation import expert_trajectory
     from tests.toy_env import ToyEnv
 
     tok = AutoTokenizer.from_pretrained(nano_model_dir)

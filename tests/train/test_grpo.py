@@ -13,8 +13,9 @@ import torch
 from coevo.config import build, merge
 from coevo.envs.base import StepResult
 from coevo.methods.grpo import hf_player
+from coevo.run.recipe import GrpoSection
 from coevo.train import grpo as grpo_module
-from coevo.train.episodes import TaskOrder, check_groups, collate, episode, rollout_stats
+from coevo.train.groups import TaskOrder, check_groups, collate, episode, rollout_stats
 from coevo.train.grpo import GrpoConfig, train_grpo
 from coevo.train.loop import make_accelerator
 from coevo.train.losses import group_advantages, grpo_loss, token_logps
@@ -81,20 +82,19 @@ class ChattyEnv:
         pass
 
 
-def config(**kw: Any) -> GrpoConfig:
+def config(**kw: Any) -> GrpoSection:
     """Test settings: 4 tasks x 8 samples of 16 tokens a step, lr 3e-3, constant; `kw` over."""
     base = {
         "steps": 2,
         "tasks_per_step": 4,
         "samples": 8,
-        "temperature": 1.0,
-        "max_new_tokens": 16,
+        "sampling": {"temperature": 1.0, "max_new_tokens": 16},
         "rollout_batch_size": 32,
         "micro_batch_size": 16,
         "progress": False,
         "optim": {"lr": 3e-3, "warmup_ratio": 0.0, "schedule": "constant"},
     }
-    return build(GrpoConfig, merge(base, kw))
+    return build(GrpoSection, merge(base, kw))
 
 
 def grpo(model_dir: Path, out: Path, settings: GrpoConfig, model: Any = None, device="auto"):
@@ -203,7 +203,7 @@ def test_multi_turn_batched_rollouts_keep_the_log_probs_a_fresh_forward_gives(na
     from coevo.render import render
 
     model, tokenizer = quick_to_stop(nano_model_dir)
-    settings = config(samples=4, temperature=0.9, kl_coef=0.0, micro_batch_size=4)
+    settings = config(samples=4, sampling={"temperature": 0.9}, kl_coef=0.0, micro_batch_size=4)
     play = hf_player(nano_model_dir, ChattyEnv, settings, max_length=110)
     played = play(model, ChattyEnv().tasks("train"), step=1, seed=0)
     episodes = [episode(t, tokenizer, a, 110) for t, a in zip(played, [1.0, -1.0] * 8, strict=True)]
@@ -348,7 +348,7 @@ def test_grpo_raises_the_toy_reward_within_a_few_steps(nano_model_dir, tmp_path)
     ("change", "message"),
     [
         ({"samples": 1}, "samples must be >= 2"),
-        ({"temperature": 0.0}, "temperature must be > 0"),
+        ({"sampling": {"temperature": 0.0}}, "temperature must be > 0"),
         ({"kl_coef": -1.0}, "kl_coef must be >= 0"),
         ({"tasks_per_step": 9}, "GRPO got 8 train tasks for tasks_per_step=9"),
     ],

@@ -9,7 +9,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from coevo.train.losses import dpo_loss, group_advantages, grpo_loss, sequence_logps
+from coevo.train.losses import (
+    dpo_loss,
+    group_advantages,
+    grpo_loss,
+    head_logps,
+    sequence_logps,
+    token_logps,
+)
 
 LN3 = math.log(3.0)
 
@@ -58,6 +65,81 @@ def test_masked_tokens_get_exactly_zero_gradient_on_random_logits():
 def test_sequence_logps_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="sequence_logps needs"):
         sequence_logps(torch.zeros(2, 5, 3), torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4))
+
+
+def head_case(rows: int = 48, vocab: int = 300, width: int = 64):
+    torch.manual_seed(0)
+    hidden = torch.randn(rows, width, requires_grad=True)
+    weight = (0.3 * torch.randn(vocab, width)).requires_grad_()
+    labels = torch.randint(0, vocab, (rows,))
+    scale = torch.linspace(-1, 2, rows)  # unequal gradients per row, as DPO's sides get
+    return hidden, weight, labels, scale
+
+
+def plain_head(hidden, weight, labels, scale):
+    """The unchunked reference: a (rows, vocab) logits tensor, autograd's backward."""
+    logps = token_logps(torch.nn.functional.linear(hidden, weight), labels)
+    (logps * scale).sum().backward()
+    return logps.detach(), hidden.grad.clone(), weight.grad.clone()
+
+
+def chunked_head(hidden, weight, labels, scale, chunk, entropy=False):
+    hidden.grad = weight.grad = None
+    logps, ent = head_logps(hidden, weight, labels, chunk=chunk, entropy=entropy)
+    (logps * scale).sum().backward()
+    return logps.detach(), hidden.grad.clone(), weight.grad.clone(), ent
+
+
+def test_head_logps_in_one_chunk_is_the_plain_forward_and_backward_bit_for_bit():
+    hidden, weight, labels, scale = head_case()
+    expected = plain_head(hidden, weight, labels, scale)
+    got = chunked_head(hidden, weight, labels, scale, chunk=48)[:3]
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_head_logps_in_chunks_equals_the_plain_forward_and_backward():
+    hidden, weight, labels, scale = head_case()
+    logps, grad_hidden, grad_weight = plain_head(hidden, weight, labels, scale)
+    # 48 rows in chunks of 16: each chunk's matrix product gives its rows the bits the whole
+    # product gives them (so the log-probs and the hidden states' gradients are equal); the
+    # head's gradient is a sum over rows, here added up chunk by chunk: rounding only.
+    got_logps, got_hidden, got_weight, _ = chunked_head(hidden, weight, labels, scale, chunk=16)
+    assert torch.equal(got_logps, logps)
+    assert torch.equal(got_hidden, grad_hidden)
+    torch.testing.assert_close(got_weight, grad_weight, rtol=1e-6, atol=1e-6)
+    # Any chunk size, a ragged last chunk included, within float32 rounding.
+    for chunk in (1, 5, 47):
+        got = chunked_head(hidden, weight, labels, scale, chunk=chunk)
+        for a, b in zip(got[:3], (logps, grad_hidden, grad_weight), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_head_logps_entropy_and_a_frozen_head():
+    hidden, weight, labels, scale = head_case(rows=10, vocab=7, width=4)
+    logps, _, _, ent = chunked_head(hidden, weight, labels, scale, chunk=3, entropy=True)
+    probs = torch.softmax(torch.nn.functional.linear(hidden, weight).detach(), dim=-1)
+    torch.testing.assert_close(ent, -(probs * probs.log()).sum(-1))
+    assert not ent.requires_grad
+    weight.requires_grad_(False)  # LoRA or a frozen embedding: no head gradient is computed
+    hidden.grad = weight.grad = None
+    head_logps(hidden, weight, labels, chunk=3)[0].sum().backward()
+    assert hidden.grad is not None and weight.grad is None
+
+
+def test_head_logps_under_autocast_computes_the_head_in_its_dtype():
+    hidden, weight, labels, scale = head_case()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = plain_head(hidden, weight, labels, scale)
+        got = chunked_head(hidden, weight, labels, scale, chunk=48)[:3]
+    assert got[0].dtype == torch.float32 and got[2].dtype == torch.float32
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_head_logps_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="head_logps needs"):
+        head_logps(torch.zeros(4, 8), torch.zeros(10, 7), torch.zeros(4, dtype=torch.long))
 
 
 def test_weighted_dpo_and_sft_by_hand():

@@ -8,14 +8,27 @@ import pytest
 import torch
 
 from coevo.lengths import length_groups
-from coevo.train.batches import DpoExample, Tokens, collate_dpo, collate_forked, collate_sft
+from coevo.train import model as model_module
+from coevo.train.batches import (
+    DpoExample,
+    Tokens,
+    collate_dpo,
+    collate_forked,
+    collate_packed,
+    collate_sft,
+)
 from coevo.train.dpo import pair_logps
 from coevo.train.losses import sequence_logps
 from coevo.train.model import AgentLogps
+from coevo.train.sft import sft_logps
 from tests.train.conftest import random_seq, tiny_llama
 
 
-def test_selected_rows_forward_matches_full_logits_with_padding(model_factory, sft_data):
+@pytest.mark.parametrize("chunk", [1024, 7])  # all agent tokens in one chunk of logits, or many
+def test_selected_rows_forward_matches_full_logits_with_padding(
+    model_factory, sft_data, chunk, monkeypatch
+):
+    monkeypatch.setattr(model_module, "LOGIT_CHUNK", chunk)
     model = model_factory()
     batch = collate_sft(sft_data[:5])  # lengths differ: right padding inside the batch
     args = (batch["input_ids"], batch["attention_mask"], batch["action_mask"])
@@ -130,3 +143,74 @@ def test_a_model_that_cannot_fork_says_so():
     forked = collate_forked(forked_pairs())
     with pytest.raises(ValueError, match="shared_prefix: false"):
         pair_logps(net, forked)
+
+
+def packed_vs_padded(model: torch.nn.Module, seqs: list) -> tuple:
+    """Per-sequence log-probs and token counts, and the gradients of a weighted sum of the
+    log-probs, of `seqs` as padded rows and as one packed row."""
+    net = AgentLogps(model)
+    assert net.can_fork()
+    weights = torch.linspace(1, 2, len(seqs))
+    got = []
+    for batch in (collate_sft(seqs), collate_packed(seqs)):
+        model.zero_grad()
+        logps, tokens = sft_logps(net, batch)
+        (logps * weights).sum().backward()
+        got.append((logps.detach(), tokens, [p.grad.clone() for p in model.parameters()]))
+    return got
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])  # multi-head and grouped-query attention
+def test_packed_sequences_give_what_padded_rows_give(sft_data, kv_heads):
+    seqs = sft_data[:6]
+    packed = collate_packed(seqs)
+    lengths = [len(s.input_ids) for s in seqs]
+    assert packed["input_ids"].shape == (1, sum(lengths))
+    assert packed["lengths"].tolist() == lengths
+    assert packed["position_ids"][0].tolist() == [t for n in lengths for t in range(n)]
+    (padded, padded_tokens, padded_grads), (got, tokens, grads) = packed_vs_padded(
+        tiny_llama(kv_heads=kv_heads), seqs
+    )
+    assert tokens.tolist() == padded_tokens.tolist()
+    torch.testing.assert_close(got, padded, rtol=1e-5, atol=1e-5)
+    for g, expected in zip(grads, padded_grads, strict=True):
+        torch.testing.assert_close(g, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_packed_sequences_never_see_each_other(sft_data):
+    # Changing every token of the first sequence leaves the others' log-probs bit for bit
+    # the same (and the first one's differ): attention stays within each sequence.
+    net = AgentLogps(tiny_llama())
+    seqs = sft_data[:3]
+    other = Tokens(tuple((t + 1) % 300 for t in seqs[0].input_ids), seqs[0].action_mask)
+    a, _ = sft_logps(net, collate_packed(seqs))
+    b, _ = sft_logps(net, collate_packed([other, *seqs[1:]]))
+    assert a[0] != b[0]
+    assert torch.equal(a[1:], b[1:])
+
+
+def test_a_model_that_cannot_pack_says_so(sft_data):
+    net = AgentLogps(tiny_llama(attn="eager"))
+    with pytest.raises(ValueError, match="sft.packing: false"):
+        sft_logps(net, collate_packed(sft_data[:2]))
+
+
+@pytest.mark.gpu
+def test_packed_rows_on_cuda_in_bf16_match_padded_rows(sft_data):
+    # On CUDA in half precision the packed row runs one varlen flash call per layer.
+    model = tiny_llama(kv_heads=2).cuda()
+    seqs = sft_data[:6]
+    device = torch.device("cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        results = []
+        for batch in (collate_sft(seqs), collate_packed(seqs)):
+            batch = {k: v.to(device) for k, v in batch.items()}
+            model.zero_grad()
+            logps, _ = sft_logps(AgentLogps(model), batch)
+            logps.sum().backward()
+            results.append((logps.detach().float(), [p.grad.float() for p in model.parameters()]))
+    (padded, padded_grads), (got, grads) = results
+    torch.testing.assert_close(got, padded, rtol=2e-2, atol=5e-2)
+    # Two bf16 attention kernels round differently: compare each gradient as a whole.
+    for g, expected in zip(grads, padded_grads, strict=True):
+        assert (g - expected).norm() <= 2e-2 * expected.norm() + 1e-6

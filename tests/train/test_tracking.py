@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from coevo.config import ConfigError, build
-from coevo.methods.recipe import RunConfig
+from coevo.run.recipe import RunConfig
 from coevo.train.dpo import DpoConfig, train_dpo
 from coevo.train.settings import Tracking
 from coevo.train.sft import SftConfig, train_sft

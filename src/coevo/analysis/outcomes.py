@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 
-from coevo.records import EpisodeStats
+from coevo.run.records import EpisodeStats
 from coevo.trajectory import Trajectory, is_success
 
 OUTCOMES: tuple[str, ...] = ("success", "hard_negative", "failure")

@@ -30,11 +30,16 @@ from coevo.trajectory import is_success
 
 RESAMPLES = 10_000
 # (method, reference) pairs compared directly besides each method minus the baseline: the
-# paper's failure-agent > ETO, and each second-agent ablation against the method it ablates.
+# paper's failure-agent > ETO; ETO given the failure-agent target's DPO steps (`eto_matched`,
+# benchmarks/learning.py) against both, which tells the hard negatives from the extra
+# training; each second-agent ablation against the method it ablates; agent_data >= GRPO + 5.
 CONTRASTS = (
     ("failure_agent", "eto"),
+    ("eto_matched", "failure_agent"),
+    ("eto_matched", "eto"),
     ("positive_agent", "failure_agent"),
     ("frozen_failure", "failure_agent"),
+    ("agent_data", "grpo"),
 )
 
 
@@ -111,18 +116,15 @@ def label(method: str, reference: str) -> str:
     return f"{method} - {reference}"
 
 
-def paired(
-    runs: list[RunSummary],
-    baseline: str = "sft",
-    metric: str = "reward",
-    resamples: int = RESAMPLES,
-) -> dict[str, Any]:
-    """{"baseline", "metric", "columns", "rows": {"method - reference": {column: tested()}},
-    "notes"} for each of `contrasts` whose reference run (same env and seed) is among `runs`."""
+def paired_diffs(
+    runs: list[RunSummary], baseline: str = "sft", metric: str = "reward"
+) -> tuple[list[str], dict[str, dict[str, list[torch.Tensor]]], list[str]]:
+    """(columns, {"method - reference": {column: one 1-D tensor of paired differences per
+    seed}}, notes) for each of `contrasts` whose reference run (same env and seed) is among
+    `runs`."""
     finished = [r for r in runs if r.final_eval]
     by_key = {(r.method, r.env, r.seed): r for r in finished}
     methods = list(dict.fromkeys(r.method for r in finished))
-    # "method - reference" -> column -> one tensor of paired differences per seed
     diffs: dict[str, dict[str, list[torch.Tensor]]] = defaultdict(lambda: defaultdict(list))
     columns: list[str] = []
     notes: list[str] = []
@@ -155,6 +157,18 @@ def paired(
                 diffs[label(method, reference)][column].append(
                     torch.tensor(values, dtype=torch.float64)
                 )
+    return columns, {name: dict(cols) for name, cols in diffs.items()}, notes
+
+
+def paired(
+    runs: list[RunSummary],
+    baseline: str = "sft",
+    metric: str = "reward",
+    resamples: int = RESAMPLES,
+) -> dict[str, Any]:
+    """{"baseline", "metric", "columns", "rows": {"method - reference": {column: tested()}},
+    "notes"} for each of `contrasts` whose reference run (same env and seed) is among `runs`."""
+    columns, diffs, notes = paired_diffs(runs, baseline, metric)
     rows = {
         name: {
             column: tested(seeds, resamples, seed=i)

@@ -2,17 +2,20 @@
 
     path = write_report(["runs/demo/sft", "runs/demo/eto"], "runs/demo/report")
 
-The page (`index.html`, figures in `figures/`) shows what a researcher would otherwise put
-together by hand: reward and success per iteration and split for each method (mean and spread
-over seeds), the outcome shares of every exploration (Table 2), training curves, how the agent
-acted per iteration (format errors, invalid actions, steps), pair counts by kind, and example
-episodes. Every number comes from the runs' manifests, `metrics.jsonl` files and stores, which
+The page (`index.html`, figures in `figures/`) opens with one line per method saying what it
+did (`verdicts`: its reward after SFT and at its last evaluation, its paired difference from
+SFT with tasks up and down, and GRPO's share of task groups without signal), then shows what a
+researcher would otherwise put together by hand: reward and success per iteration and split
+for each method (mean and spread over seeds), the outcome shares of every exploration (Table
+2), training curves, how the agent acted per iteration (format errors, invalid actions,
+steps), pair counts by kind, GRPO's signal per stage, and example episodes. Every number comes from the runs' manifests, `metrics.jsonl` files and stores, which
 are only read; every text from a run is escaped, so an env's `<`, `&` or `[...]` shows as is.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import statistics
 import time
 from collections import defaultdict
@@ -25,6 +28,7 @@ from coevo.analysis.examples import Example, pick_examples
 from coevo.analysis.outcomes import OUTCOMES
 from coevo.analysis.paired import HEAD, paired_note, paired_rows, paired_title
 from coevo.analysis.runs import RunSummary, read_runs, training_logs
+from coevo.run.records import GrpoRecord, read
 
 BEHAVIOUR_LABELS = {
     "format_error_rate": "format errors (% of steps)",
@@ -51,6 +55,7 @@ th:first-child, td:first-child, td.text { text-align: left; }
 th { background: #f3f3f3; }
 img { max-width: 100%; border: 1px solid #eee; }
 .note { color: #666; font-size: 0.9em; }
+.verdict { margin: 0.2em 0; font-weight: 600; }
 details { border: 1px solid #ccc; border-radius: 4px; margin: 0.6em 0; padding: 0.4em 0.8em; }
 summary { cursor: pointer; font-weight: 600; }
 .turn { margin: 0.5em 0; padding: 0.3em 0.6em; border-left: 4px solid #999; }
@@ -76,6 +81,7 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> Path:
     runs, skipped = read_runs(list(run_dirs))
     tables = {metric: compare([r.path for r in runs], metric) for metric in ("reward", "success")}
     figure_dir = out / "figures"
+    signal = {run.path: grpo_records(run.path) for run in runs}
     sections = [
         _scores(tables, figure_dir),
         _final(tables),
@@ -83,13 +89,101 @@ def write_report(run_dirs: list[str | Path], out: str | Path) -> Path:
         _behaviour(tables["reward"], figure_dir),
         _training(runs, figure_dir),
         _pairs(runs, figure_dir),
+        _signal(runs, signal),
         _rounds(runs),
         _examples(runs),
     ]
     out.mkdir(parents=True, exist_ok=True)
-    page = _page(runs, skipped, sections)
+    lines = verdicts(tables["reward"], no_signal_by_method(runs, signal))
+    page = _page(runs, skipped, lines, sections)
     (out / "index.html").write_text(page, encoding="utf-8")
     return out / "index.html"
+
+
+# -- the verdicts -------------------------------------------------------------------------
+
+
+def verdicts(table: dict[str, Any], no_signal: dict[str, list[float]] | None = None) -> list[str]:
+    """One line per method of `table` (compare()'s reward table), e.g. `eto: sql test_seen
+    8.3 -> 8.3 (+0.0 vs sft, 0 tasks up / 0 down: not shown)`: per column its reward x100
+    after SFT (iteration 0) and at its last evaluation, mean over seeds, and its paired
+    difference from the baseline where the runs allow one; GRPO methods add their steps'
+    share of task groups without signal (`no_signal`: method -> each step's share)."""
+    paired = table.get("paired") or {}
+    baseline = paired.get("baseline")
+    lines = []
+    for method, cells in table["rows"].items():
+        parts = [
+            _verdict_cell(table, paired, method, column)
+            for column in table["columns"]
+            if cells.get(column)
+        ]
+        line = f"{method}: " + ("; ".join(parts) if parts else _unevaluated(table, method))
+        comparisons = (paired.get("rows") or {}).get(f"{method} - {baseline}", {})
+        if comparisons and all(d["up"] == d["down"] == 0 for d in comparisons.values()):
+            line += f"; the same reward as {baseline} on every task"
+        shares = (no_signal or {}).get(method)
+        if shares:
+            skipped = sum(share >= 1.0 for share in shares)
+            line += (
+                f"; GRPO: {statistics.fmean(shares):.0%} of task groups without signal, "
+                f"{skipped} of {len(shares)} steps skipped for want of any"
+            )
+        lines.append(line)
+    return lines
+
+
+def _verdict_cell(table: dict[str, Any], paired: dict[str, Any], method: str, column: str) -> str:
+    end = statistics.fmean(table["rows"][method][column]) * 100
+    its = table.get("iterations", {}).get(method, {}).get(column, {})
+    start = its.get("0")
+    # The last evaluation is iteration 0 for SFT itself: one number, no arrow.
+    shown = f"{end:.1f}"
+    if start and max(map(int, its)) > 0:
+        shown = f"{statistics.fmean(start) * 100:.1f} -> {end:.1f}"
+    baseline = paired.get("baseline")
+    d = (paired.get("rows") or {}).get(f"{method} - {baseline}", {}).get(column)
+    if method == baseline:
+        return f"{column} {shown} (the baseline)"
+    if d is None:
+        return f"{column} {shown}"
+    return (
+        f"{column} {shown} ({d['mean'] * 100:+.1f} vs {baseline}, {d['up']} tasks up / "
+        f"{d['down']} down: {d['verdict']})"
+    )
+
+
+def _unevaluated(table: dict[str, Any], method: str) -> str:
+    """A method without an evaluation of its own yet: its start's scores, where they are."""
+    its = table.get("iterations", {}).get(method, {})
+    start = [f"{c} {statistics.fmean(v['0']) * 100:.1f}" for c, v in its.items() if v.get("0")]
+    if not start:
+        return "no finished evaluation yet"
+    return f"no evaluation after its training yet (after SFT: {', '.join(start)})"
+
+
+def grpo_records(run_dir: str | Path) -> list[tuple[str, GrpoRecord]]:
+    """(stage, record) of each finished GRPO stage of a run, in step order."""
+    found = []
+    for path in Path(run_dir).glob("stages/grpo-*/manifest.json"):
+        try:
+            record = read(json.loads(path.read_text()).get("outputs", {}))
+        except (ValueError, UnicodeDecodeError, AttributeError, TypeError):
+            continue  # a damaged manifest is an unfinished stage
+        if isinstance(record, GrpoRecord):
+            found.append((path.parent.name, record))
+    return sorted(found, key=lambda found: found[1].first_step)
+
+
+def no_signal_by_method(
+    runs: list[RunSummary], signal: dict[str, list[tuple[str, GrpoRecord]]]
+) -> dict[str, list[float]]:
+    """Method -> every GRPO step's share of task groups without signal, over its runs."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        for _, record in signal.get(run.path, []):
+            out[run.method] += record.no_signal
+    return dict(out)
 
 
 # -- the page ---------------------------------------------------------------------------
@@ -99,7 +193,7 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _page(runs: list[RunSummary], skipped: list[str], sections: list[str]) -> str:
+def _page(runs: list[RunSummary], skipped: list[str], lines: list[str], sections: list[str]) -> str:
     rows = [
         [r.method, r.env, "-" if r.seed is None else r.seed, r.final_iteration, r.path]
         for r in runs
@@ -109,7 +203,8 @@ def _page(runs: list[RunSummary], skipped: list[str], sections: list[str]) -> st
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>coevo report</title><style>{STYLE}</style></head><body>"
         "<h1>coevo report</h1>"
-        f'<p class="note">{len(runs)} run(s), written {_e(time.strftime("%Y-%m-%d %H:%M"))}. '
+        + "".join(f'<p class="verdict">{_e(line)}</p>' for line in lines)
+        + f'<p class="note">{len(runs)} run(s), written {_e(time.strftime("%Y-%m-%d %H:%M"))}. '
         "Scores are x100; cells are the mean over seeds ± their standard deviation, "
         "n = the episodes behind the cell.</p>"
         + _table(["method", "env", "seed", "last eval", "run directory"], rows, id_="runs")
@@ -347,6 +442,37 @@ def _pairs(runs: list[RunSummary], figure_dir: Path) -> str:
     return _section(
         "Preference pairs by kind", _figure(path, "pair counts") + _table(head, rows, id_="pairs")
     )
+
+
+def _signal(runs: list[RunSummary], signal: dict[str, list[tuple[str, GrpoRecord]]]) -> str:
+    """GRPO's stages: how many of their task groups had no signal (every sample of a task
+    scored alike: advantage 0, nothing learned from them), and the steps where none had any
+    (their updates skipped). Nothing at all for runs without GRPO."""
+    rows = []
+    for run in runs:
+        for stage, r in signal.get(run.path, []):
+            if not r.no_signal:
+                continue
+            last = r.first_step + len(r.no_signal) - 1
+            skipped = sum(share >= 1.0 for share in r.no_signal)
+            rows.append([
+                run.method, "-" if run.seed is None else run.seed, stage,
+                f"{r.first_step}-{last}", f"{statistics.fmean(r.no_signal) * 100:.0f}",
+                f"{skipped} of {len(r.no_signal)}",
+                " ".join(f"{share * 100:.0f}" for share in r.no_signal),
+            ])  # fmt: skip
+    if not rows:
+        return ""
+    head = [
+        "method", "seed", "stage", "steps", "groups without signal (%)", "steps skipped",
+        "per step (%)",
+    ]  # fmt: skip
+    note = (
+        '<p class="note">A task group is one task\'s samples in a step; it has no signal when '
+        "they all scored alike (every advantage 0). A step whose groups all lack it skips its "
+        "update.</p>"
+    )
+    return _section("GRPO signal", _table(head, rows, id_="grpo-signal") + note)
 
 
 def _rounds(runs: list[RunSummary]) -> str:

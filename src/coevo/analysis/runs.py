@@ -1,7 +1,7 @@
 """Read run directories for the analyses: what each stage recorded, and which paths are runs.
 
 A run directory (written by `coevo run`) holds `config.yaml` (method, env.name, seed) and a
-manifest per finished stage, read through its record (`coevo.records`). Runs written by older
+manifest per finished stage, read through its record (`coevo.run.records`). Runs written by older
 versions of coevo read too: a field a record did not have keeps its default, a stage kind this
 version does not know is left out, and a damaged manifest counts as an unfinished stage.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from coevo.records import (
+from coevo.run.records import (
     DpoRecord,
     EpisodeStats,
     EvalRecord,

@@ -11,6 +11,10 @@ run's (same env, same seed). Two levels of evidence are asked for, as a reviewer
   p is 2/16 = 0.125.
 - Seeds: a 95% t interval over the per-seed mean differences (3+ seeds), as seed-to-seed
   spread can be larger than the task-to-task one.
+
+Beside them: the smallest difference a grid of tasks x seeds could detect (`detectable`), and
+a permutation test of two different task sets (`split_test`: is the gain on test_unseen
+larger than on test_seen).
 """
 
 from __future__ import annotations
@@ -37,6 +41,15 @@ T_975 = (
     2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423,
 )  # fmt: skip
 Z_975 = 1.959963984540054
+# Student's t 0.80 quantiles for df 1..30 (the power term: 80% power), as T_975.
+T_80 = (
+    1.3764, 1.0607, 0.9785, 0.9410, 0.9195, 0.9057, 0.8960, 0.8889, 0.8834, 0.8791,
+    0.8755, 0.8726, 0.8702, 0.8681, 0.8662, 0.8647, 0.8633, 0.8620, 0.8610, 0.8600,
+    0.8591, 0.8583, 0.8575, 0.8569, 0.8562, 0.8557, 0.8551, 0.8546, 0.8542, 0.8538,
+)  # fmt: skip
+Z_80 = 0.8416212335729143
+POWER = 0.80
+"""Chance of detecting a true difference of `detectable`'s size."""
 
 GAIN, LOSS, NOT_SHOWN = "gain", "loss", "not shown"
 TASKS_UP, TASKS_DOWN = "up at task level only", "down at task level only"
@@ -96,11 +109,19 @@ def sign_flip_test(
 def t_quantile_975(df: int) -> float:
     """Student's t 0.975 quantile: the table up to df 30, then the Cornish-Fisher expansion
     about the normal one (within 2e-6 there)."""
+    return _t_quantile(df, T_975, Z_975)
+
+
+def t_quantile_80(df: int) -> float:
+    """Student's t 0.80 quantile, as `t_quantile_975`."""
+    return _t_quantile(df, T_80, Z_80)
+
+
+def _t_quantile(df: int, table: tuple[float, ...], z: float) -> float:
     if df < 1:
         raise ValueError(f"a t quantile needs df >= 1, not {df}.")
-    if df <= len(T_975):
-        return T_975[df - 1]
-    z = Z_975
+    if df <= len(table):
+        return table[df - 1]
     return (
         z
         + (z**3 + z) / (4 * df)
@@ -136,3 +157,62 @@ def verdict(total: float, p: float, interval: tuple[float, float] | None) -> str
     if not up and high < 0:
         return LOSS
     return NOT_SHOWN
+
+
+def detectable(
+    task_sd: float, seed_sd: float, tasks: float, seeds: int, df: int | None = None
+) -> float:
+    """The smallest true difference a grid of `tasks` paired tasks per seed x `seeds` seeds
+    detects with 80% power (POWER) in a two-sided test at 5% (ALPHA):
+
+        (q_0.975 + q_0.80) * sqrt(task_sd^2 / (tasks * seeds) + seed_sd^2 / seeds)
+
+    The square root is the standard error of the mean over seeds of each seed's mean paired
+    difference when each task adds spread `task_sd` (the sd of the paired differences within a
+    seed) and each seed a shift of spread `seed_sd`. q: normal quantiles (1.960 + 0.842 =
+    2.802, the issue's power figures) when `df` is None; else Student's t with `df` degrees
+    of freedom, as the verdict's seed-level t interval has (df = seeds - 1), which few seeds
+    make much stricter (df 2: 4.303 + 1.061 = 5.363)."""
+    if tasks <= 0 or seeds < 1:
+        raise ValueError(f"detectable needs tasks > 0 and seeds >= 1, not {tasks} and {seeds}.")
+    q = Z_975 + Z_80 if df is None else t_quantile_975(df) + t_quantile_80(df)
+    return q * math.sqrt(task_sd**2 / (tasks * seeds) + seed_sd**2 / seeds)
+
+
+def pooled_sd(groups: list[torch.Tensor]) -> float:
+    """The spread of values about their own group's mean (1-D tensors, one per seed): the
+    square root of the pooled within-group variance, sum of squared deviations over
+    sum(n_g - 1); 0.0 when no group has two values."""
+    squares = sum(float(((g - g.mean()) ** 2).sum()) for g in groups if len(g) > 1)
+    df = sum(len(g) - 1 for g in groups if len(g) > 1)
+    return math.sqrt(squares / df) if df else 0.0
+
+
+def split_test(
+    first: list[torch.Tensor], second: list[torch.Tensor], draws: int = DRAWS, seed: int = 0
+) -> float:
+    """Two-sided permutation p that two sets of tasks (per seed `s`: `first[s]` and
+    `second[s]`, 1-D, distinct tasks) share one distribution of values, for the statistic
+    mean over seeds of mean(first[s]) - mean(second[s]); labels are shuffled within each seed
+    (a seed's shift stays with it). (1 + hits) / (1 + draws) over `draws` random
+    shuffles: there are too many to enumerate at the grid's sizes (C(100, 50) per seed)."""
+    observed = abs(_split_statistic(first, second)) - TIE
+    generator = torch.Generator().manual_seed(seed)
+    hits, left = 0, draws
+    width = max(len(a) + len(b) for a, b in zip(first, second, strict=True))
+    while left:
+        chunk = min(left, max(1, 1_000_000 // width))  # (chunk, n) shuffles stay near 8 MiB
+        total = torch.zeros(chunk, dtype=torch.float64)
+        for a, b in zip(first, second, strict=True):
+            both = torch.cat([a, b]).to(torch.float64)
+            order = torch.rand(chunk, len(both), generator=generator).argsort(dim=1)
+            shuffled = both[order]  # (chunk, n): each row one relabelling of the seed's tasks
+            total += shuffled[:, : len(a)].mean(dim=1) - shuffled[:, len(a) :].mean(dim=1)
+        hits += int(((total / len(first)).abs() >= observed).sum())
+        left -= chunk
+    return (1 + hits) / (1 + draws)
+
+
+def _split_statistic(first: list[torch.Tensor], second: list[torch.Tensor]) -> float:
+    pairs = list(zip(first, second, strict=True))
+    return sum(float(a.mean() - b.mean()) for a, b in pairs) / len(pairs)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from coevo.envs.base import SPLITS, Env, NoDemonstrationError, StepResult
-from coevo.envs.episode import expert_trajectory
+from coevo.envs.conversation import expert_trajectory
 from coevo.trajectory import Task
 
 # Replies no env should accept as a valid action. Each must come back as an observation.

@@ -2,7 +2,9 @@
 
 Everything is local: the built-in sql env, the pretrained SmolLM2-135M-Instruct that a registry
 package ships (converted on first use), and at the end the comparison tables, with the reward
-of every method after each iteration, and the report (`coevo report`) in `<out>/report`. Sized to finish within about 15 minutes on a 2-core CPU.
+of every method after each iteration, and the report (`coevo report`) in `<out>/report`. Sized
+to finish within about 15 minutes on a 2-core CPU (docs/methods.md, The demo, says what it
+measured and what it shows).
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from pathlib import Path
 from coevo.analysis.compare import compare, to_markdown
 from coevo.analysis.report import write_report
 from coevo.config import build, merge, parse_overrides
-from coevo.methods.recipe import RunConfig
 from coevo.methods.runner import execute
+from coevo.run.recipe import RunConfig
 
 DEMO: dict = {
     # sql: its episodes are half as long as shop's, and tokens are what a CPU pays for.
@@ -25,8 +27,12 @@ DEMO: dict = {
     # The recipes' DPO lr is 1e-6 over 15-30 steps; the demo's 2-3 steps take 1e-5 to move the
     # policy about as far.
     "dpo": {"epochs": 1, "batch_size": 4, "grad_accum": 2, "optim": {"lr": 1.0e-5}, "beta": 0.1},
-    "explore": {"samples": 1, "temperature": 0.8, "batch_size": 20, "max_new_tokens": 96},
-    "eval": {"batch_size": 24, "max_new_tokens": 96},
+    "explore": {
+        "samples": 1,
+        "batch_size": 20,
+        "sampling": {"temperature": 0.8, "max_new_tokens": 96},
+    },
+    "eval": {"batch_size": 24, "sampling": {"max_new_tokens": 96}},
 }
 DEMO_METHODS = ("sft", "eto", "failure_agent")
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coevo.methods import rollouts, training
-from coevo.methods.recipe import RunConfig
-from coevo.methods.run import Run
-from coevo.methods.start import shared_start
 from coevo.pairs import eto_pairs, why_no_pairs
+from coevo.run.context import Run
+from coevo.run.recipe import RunConfig
+from coevo.seeds import trainer_seed
+from coevo.stages import play, training
+from coevo.stages.start import shared_start
 from coevo.train.dpo import DpoConfig
 
 
@@ -34,9 +35,9 @@ def run_eto(run: Run) -> None:
     target = start.target
     train = run.tasks("train")
     for iteration in range(1, cfg.iterations + 1):
-        explored = rollouts.explore(run, target, "target", iteration, train)
+        explored = play.explore(run, target, "target", iteration, train)
         pairs = eto_pairs(start.experts, explored)
-        settings, seed = dpo_settings(cfg, iteration), cfg.seed + iteration
+        settings, seed = dpo_settings(cfg, iteration), trainer_seed(cfg.seed, "dpo", iteration)
         why = why_no_pairs(explored, against_expert=True)
         target = training.dpo(run, "target", target, pairs, iteration, settings, seed, why_none=why)
-        rollouts.evaluate(run, target, iteration)
+        play.evaluate(run, target, iteration)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from coevo.methods import rollouts, training
 from coevo.methods.eto import dpo_settings
-from coevo.methods.run import Run
-from coevo.methods.start import base_model, shared_start
 from coevo.pairs import eto_pairs, failure_pairs, target_pairs, why_no_pairs
+from coevo.run.context import Run
+from coevo.seeds import trainer_seed
+from coevo.stages import play, training
+from coevo.stages.start import base_model, shared_start
 from coevo.trajectory import Pair, Trajectory
 
 # The second agent's pairs of an iteration, from the experts, the target's rollouts, its own
@@ -61,14 +62,15 @@ def co_evolve(run: Run, second_name: str, second_pairs: SecondPairs | None) -> N
     start = shared_start(run)
     target, experts = start.target, start.experts
     # The second agent: its own initialisation (for a local model) and SFT seed.
-    second_base = base_model(run, seed=cfg.seed + 1)
-    second = training.sft(run, second_name, second_base, list(experts.values()), cfg.seed + 1)
+    second_seed = trainer_seed(cfg.seed, second_name)  # its own SFT run, not the next seed's
+    second_base = base_model(run, agent=second_name)
+    second = training.sft(run, second_name, second_base, list(experts.values()), second_seed)
     train = run.tasks("train")
     within = cfg.failure_agent.within_agent_pairs and cfg.explore.samples > 1
     for iteration in range(1, cfg.iterations + 1):
-        target_rollouts = rollouts.explore(run, target, "target", iteration, train)
-        second_rollouts = rollouts.explore(run, second, second_name, iteration, train)
-        settings, seed = dpo_settings(cfg, iteration), cfg.seed + iteration
+        target_rollouts = play.explore(run, target, "target", iteration, train)
+        second_rollouts = play.explore(run, second, second_name, iteration, train)
+        settings, seed = dpo_settings(cfg, iteration), trainer_seed(cfg.seed, "dpo", iteration)
 
         if second_pairs is not None:
             pairs = second_pairs(experts, target_rollouts, second_rollouts, within)
@@ -92,4 +94,4 @@ def co_evolve(run: Run, second_name: str, second_pairs: SecondPairs | None) -> N
         )
         why = why_no_pairs(target_rollouts + second_rollouts, against_expert=True)
         target = training.dpo(run, "target", target, pairs, iteration, settings, seed, why_none=why)
-        rollouts.evaluate(run, target, iteration)
+        play.evaluate(run, target, iteration)

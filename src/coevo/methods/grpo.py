@@ -19,15 +19,16 @@ from typing import Any
 
 from coevo.envs.base import Env
 from coevo.envs.pool import EnvPool
-from coevo.methods import rollouts
-from coevo.methods.run import Run, StageModel
-from coevo.methods.start import shared_start
-from coevo.methods.training import starting_point
-from coevo.policy.base import Sampling
-from coevo.records import GrpoRecord
 from coevo.rollout import rollout
-from coevo.train.episodes import Player
-from coevo.train.grpo import GrpoConfig, copy_for_saving
+from coevo.run.context import Run, StageModel
+from coevo.run.recipe import GrpoSection
+from coevo.run.records import GrpoRecord
+from coevo.stages import play
+from coevo.stages.play import open_policy
+from coevo.stages.start import shared_start
+from coevo.stages.training import say_movement, starting_point
+from coevo.train.groups import Player
+from coevo.train.grpo import copy_for_saving
 from coevo.train.model import save_model
 from coevo.train.settings import settings_record
 from coevo.trajectory import Task, Trajectory
@@ -38,10 +39,11 @@ TRAINER_DIR = "grpo"
 def hf_player(
     model_dir: str | Path,
     envs: EnvPool | Callable[[], Env],
-    config: GrpoConfig,
+    config: GrpoSection,
     *,
     max_length: int | None = None,
     agent: str = "target",
+    decode: str = "auto",
     on_played: Callable[[int, list[Trajectory]], None] | None = None,
 ) -> Player:
     """Play the trained module in-process (HFPolicy around the module itself, so every update
@@ -50,21 +52,19 @@ def hf_player(
     `model_dir` gives the tokenizer and chat template; `on_played(step, episodes)` sees every
     step's episodes (the method stores them).
     """
-    from coevo.policy.hf import HFPolicy
-
-    sampling = Sampling(
-        temperature=config.temperature,
-        top_p=config.top_p,
-        max_new_tokens=config.max_new_tokens,
-        logprobs=True,
-    )
+    sampling = config.sampling.sampling(logprobs=True)
     held: dict[str, Any] = {}
 
     def play(module: Any, tasks: Sequence[Task], *, step: int, seed: int) -> list[Trajectory]:
         if held.get("module") is not module:
             device = str(next(module.parameters()).device)
-            held["policy"] = HFPolicy(
-                model_dir, model=module, dtype=module.dtype, device=device, name=agent
+            held["policy"] = open_policy(
+                model_dir,
+                name=agent,
+                module=module,
+                dtype=module.dtype,
+                device=device,
+                decode=decode,
             )
             held["module"] = module
         played = rollout(
@@ -111,7 +111,7 @@ def run_grpo(run: Run) -> None:
     first = 0
     for i, until in enumerate(interval_ends(run, cfg.grpo.eval_every), start=1):
         model = grpo_stage(run, start.target, train, i, first, until)
-        rollouts.evaluate(run, model, i)
+        play.evaluate(run, model, i)
         first = until
 
 
@@ -152,7 +152,12 @@ def grpo_stage(
 
         tokenizer = AutoTokenizer.from_pretrained(start.path)
         play = hf_player(
-            start.path, run.pool, config, max_length=cfg.model.max_length, on_played=store
+            start.path,
+            run.pool,
+            config,
+            max_length=cfg.model.max_length,
+            decode=cfg.model.decode,
+            on_played=store,
         )
         result = train_grpo(
             starting_point(start),
@@ -171,6 +176,10 @@ def grpo_stage(
         trained["module"] = model
         steps = [r for r in result.history if done < r["step"] <= until]
         last = steps[-1] if steps else {}
+        say_signal(run, name, [r["no_signal"] for r in steps])
+        # From the model the interval started with: the one before's, or the SFT start.
+        before = run.dir / "stages" / f"grpo-{interval - 1}" / "model"
+        say_movement(run, name, before if interval > 1 and before.is_dir() else start.path, model)
         return GrpoRecord(
             steps=result.step,
             first_step=done + 1,
@@ -188,3 +197,34 @@ def grpo_stage(
     }
     run.stage(name, stage, GrpoRecord.from_dict, inputs)
     return run.hand_on(run.dir / "stages" / name / "model", trained.get("module"))
+
+
+# Above this mean share of task groups without signal, most of a stage's rollouts taught nothing.
+MOSTLY = 0.5
+
+
+def no_signal_note(no_signal: list[float]) -> tuple[str, bool] | None:
+    """What a GRPO stage's steps say about their signal, in words, and whether it is a warning
+    (a step skipped for want of any, or most groups without it); `no_signal`: each step's share
+    of task groups whose samples all scored alike (advantage 0, nothing to learn)."""
+    if not no_signal:
+        return None
+    skipped = sum(share >= 1.0 for share in no_signal)
+    mean = sum(no_signal) / len(no_signal)
+    groups = f"{mean:.0%} of task groups had no signal (every sample of the task scored alike)"
+    if skipped:
+        return (
+            f"{skipped} of {len(no_signal)} steps had no signal in any group, so their updates "
+            f"were skipped; {groups}. Raise grpo.samples or the sampling temperature, or train "
+            "on tasks the model sometimes solves.",
+            True,
+        )
+    return groups, mean >= MOSTLY
+
+
+def say_signal(run: Run, stage: str, no_signal: list[float]) -> None:
+    note = no_signal_note(no_signal)
+    if note is None or not run.processes.main:
+        return
+    text, warning = note
+    (run.pipeline.warn if warning else run.pipeline.say)(stage, text)

@@ -12,9 +12,9 @@ from typing import Any
 
 from coevo.config import ConfigError
 from coevo.envs.base import Env, make
-from coevo.envs.episode import opening_message
-from coevo.methods.recipe import RunConfig
+from coevo.envs.conversation import opening_message
 from coevo.methods.registry import method
+from coevo.run.recipe import RunConfig
 from coevo.trajectory import Turn
 
 # Prompts measured: a few train tasks and the first of each evaluated split. Every prompt opens
@@ -65,8 +65,8 @@ def model_source(config: RunConfig) -> Path | None:
             )
         return path
     if config.model.name is not None:
-        from coevo.pipeline import console
         from coevo.policy.models import get_model
+        from coevo.run.console import console
 
         # Converted once into the cache, outside the run directory; the run reuses it.
         return get_model(config.model.name, progress=console.print)
@@ -75,11 +75,11 @@ def model_source(config: RunConfig) -> Path | None:
 
 def check_lengths(config: RunConfig, env: Env, model_dir: Path | None) -> None:
     """The first prompt and the longest reply must fit in model.max_length."""
-    reply_limits = {"eval.max_new_tokens": config.eval.max_new_tokens}
+    reply_limits = {"eval.sampling.max_new_tokens": config.eval.sampling.max_new_tokens}
     if method(config.method).explores:  # it samples from the model too
-        reply_limits["explore.max_new_tokens"] = config.explore.max_new_tokens
+        reply_limits["explore.sampling.max_new_tokens"] = config.explore.sampling.max_new_tokens
     if "grpo" in method(config.method).reads:  # GRPO's rollouts
-        reply_limits["grpo.max_new_tokens"] = config.grpo.max_new_tokens
+        reply_limits["grpo.sampling.max_new_tokens"] = config.grpo.sampling.max_new_tokens
     reply_name, reply = max(reply_limits.items(), key=lambda item: item[1])
     count, exact = prompt_counter(model_dir)
     tasks = env.tasks("train")[:TASKS_MEASURED]

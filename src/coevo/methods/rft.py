@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from coevo.methods import rollouts, training
-from coevo.methods.run import Run, StageModel
-from coevo.methods.start import shared_start
 from coevo.pairs import by_task
+from coevo.run.context import Run, StageModel
+from coevo.stages import play, training
+from coevo.stages.start import shared_start
 from coevo.trajectory import Task, Trajectory
 
 
@@ -44,10 +44,10 @@ def sample_round(run: Run, model: StageModel, round_: int, train: list[Task]) ->
     for the tasks the probes found hard (stages `rft-<round>-probe`, `rft-<round>-extra<n>`)."""
     cfg = run.config.rft
     if not cfg.dart:
-        return rollouts.explore(
+        return play.explore(
             run, model, "target", round_, train, samples=cfg.samples, stage_name=f"rft-{round_}"
         )
-    probes = rollouts.explore(
+    probes = play.explore(
         run,
         model,
         "target",
@@ -63,7 +63,7 @@ def sample_round(run: Run, model: StageModel, round_: int, train: list[Task]) ->
             by_count[n].append(tasks[task_id])
     played = list(probes)
     for n, group in sorted(by_count.items()):
-        played += rollouts.explore(
+        played += play.explore(
             run, model, "target", round_, group, samples=n, stage_name=f"rft-{round_}-extra{n}"
         )
     return played
@@ -79,4 +79,4 @@ def run_rft(run: Run) -> None:
         kept = distinct_successes(kept + sample_round(run, target, round_, train))
         # Each round fine-tunes the base model afresh, on experts + every success kept so far.
         target = training.sft(run, f"rft-{round_}", start.base, demos + kept, run.config.seed)
-        rollouts.evaluate(run, target, round_)
+        play.evaluate(run, target, round_)

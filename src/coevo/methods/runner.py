@@ -12,24 +12,29 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import yaml
+from rich.markup import escape
 
-from coevo.config import ConfigError, to_dict
+from coevo.config import ConfigError, to_dict, upgrade
 from coevo.envs.base import make
 from coevo.envs.pool import EnvPool
 from coevo.envs.workers import RayEnvPool
-from coevo.lock import lock_run_dir
+from coevo.methods.plan import Scope, announce, pending
 from coevo.methods.preflight import check_recipe
-from coevo.methods.processes import start
-from coevo.methods.recipe import GRPO_METHODS, RunConfig
 from coevo.methods.registry import OPTIONAL, method
-from coevo.methods.run import Run
-from coevo.pipeline import Pipeline, RunDirError, result_settings, write_atomic
+from coevo.run.console import console
+from coevo.run.context import Run
+from coevo.run.estimate import Planned, time_left
+from coevo.run.lock import lock_run_dir
+from coevo.run.pipeline import Pipeline, RunDirError, result_settings, write_atomic
+from coevo.run.processes import start
+from coevo.run.recipe import GRPO_METHODS, RunConfig
 from coevo.store import Store, StoreError
 from coevo.train.loop import CHECKPOINTS
 
@@ -76,7 +81,7 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
             f"--out {str(out)!r} is a file, not a directory: give a new directory for the run "
             "(or a run's directory to resume it)."
         )
-    loop = method(config.method).loop
+    chosen = method(config.method)
     check_recipe(config)
     threads = config.model.threads()
     if threads is not None:
@@ -90,7 +95,7 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
             "happen inside GRPO training); run it as one process."
         )
     # Before anything is written: a second run on `out` is refused, not interleaved. Under
-    # accelerate launch only the main process writes (coevo.methods.processes), and holds it.
+    # accelerate launch only the main process writes (coevo.run.processes), and holds it.
     with lock_run_dir(out) if processes.main else nullcontext():
         record = recorded(config)
         if processes.main:
@@ -100,6 +105,7 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
                 quiet=quiet,
                 extends=extending(config),
                 defaults=to_dict(RunConfig()),
+                moved=RunConfig.MOVED,
                 scratch=(CHECKPOINTS,),  # GRPO's trainer folder is no stage: it keeps them
             )
             (out / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
@@ -111,13 +117,18 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
                 adopt(Path(config.init_from), config, pipeline, store)
         processes.barrier("the run directory's set-up")
         if not processes.main:  # the run's files are there now: read, never written, here
-            pipeline = Pipeline(out, record, quiet=True, defaults=to_dict(RunConfig()))
+            pipeline = Pipeline(
+                out, record, quiet=True, defaults=to_dict(RunConfig()), moved=RunConfig.MOVED
+            )
             store = Store(out, readonly=True)
         # A finished stage whose trajectories are not in the store (moved aside) runs again.
         pipeline.rows = store.stage_rows
         pool = env_pool(config)
         try:
-            loop(Run(config, pipeline, store, pool, processes))
+            run = Run(config, pipeline, store, pool, processes)
+            if processes.main and not quiet:
+                say_plan(run, chosen.plan)
+            chosen.loop(run)
         except StoreError as exc:  # damage found mid-run: the same sentence, not a traceback
             raise RunDirError(str(exc)) from None
         finally:
@@ -125,6 +136,21 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
             store.close()
     processes.end()
     return out
+
+
+def say_plan(run: Run, plan: Callable[[Scope], list[Planned]]) -> None:
+    """Print the stages the run has still to run, with their sizes (`coevo.methods.plan`),
+    and after each stage it runs the time the rest should take (`coevo.run.estimate`)."""
+    scope = Scope(run)
+    for line in announce(scope, plan(scope)):
+        console.print(escape(line), soft_wrap=True, highlight=False)
+
+    def finished(_: str) -> None:
+        line = time_left(run.pipeline.name, run.dir, pending(scope, plan(scope)))
+        if line is not None:
+            console.print(f"[dim]{escape(line)}[/]", soft_wrap=True)
+
+    run.pipeline.finished = finished
 
 
 def env_pool(config: RunConfig) -> EnvPool | RayEnvPool:
@@ -142,7 +168,8 @@ def adoptable(source: Path, config: RunConfig) -> tuple[list[str], list[str]]:
     source_config = source / "config.yaml"
     if not source_config.is_file():
         raise ConfigError(f"init_from: {str(source)!r} is not a run directory (no config.yaml).")
-    theirs, ours = yaml.safe_load(source_config.read_text()), to_dict(config)
+    theirs = upgrade(yaml.safe_load(source_config.read_text()), RunConfig.MOVED)
+    ours = to_dict(config)
 
     def alike(section: str) -> bool:  # settings that change only time and memory aside
         return result_settings(theirs, section) == result_settings(ours, section)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coevo.cache import coevo_cache
+from coevo.config import coevo_cache
 
 
 class ModelError(ValueError):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from coevo.envs.base import Env
-from coevo.envs.episode import expert_trajectory
+from coevo.envs.conversation import expert_trajectory
 
 PAD, END = "<|pad|>", "<|end|>"
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")

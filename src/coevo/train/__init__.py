@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from coevo.train.batches import DpoExample, Tokens, dpo_examples, lm_examples, sft_examples
 from coevo.train.dpo import DpoConfig, train_dpo
-from coevo.train.episodes import Player
+from coevo.train.groups import Player
 from coevo.train.grpo import GrpoConfig, train_grpo
 from coevo.train.loop import TrainResult
 from coevo.train.losses import (

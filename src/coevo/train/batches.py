@@ -93,6 +93,29 @@ def collate_sft(examples: Sequence[TokenSeq]) -> dict[str, torch.Tensor]:
     return pad(examples)
 
 
+def collate_packed(examples: Sequence[TokenSeq]) -> dict[str, torch.Tensor]:
+    """A batch of SFT sequences as ONE row, one after another, no padding (`sft.packing`).
+
+    -> input_ids, position_ids, action_mask: (1, tokens), positions restarting at 0 where each
+    sequence starts; lengths: (sequences,). The model attends within each sequence only
+    (`coevo.attention.packed_rows_sdpa`). Each sequence's first token gets mask 0: it is
+    never predicted, and here the row before it is the previous sequence's last token.
+    """
+    ids: list[int] = []
+    positions: list[int] = []
+    action: list[int] = []
+    for s in examples:
+        ids += s.input_ids
+        positions += range(len(s.input_ids))
+        action += [0, *s.action_mask[1:]]
+    return {
+        "input_ids": torch.tensor([ids], dtype=torch.long),
+        "position_ids": torch.tensor([positions], dtype=torch.long),
+        "action_mask": torch.tensor([action], dtype=torch.long),
+        "lengths": torch.tensor([len(s.input_ids) for s in examples], dtype=torch.long),
+    }
+
+
 def collate_dpo(examples: Sequence[DpoExample]) -> dict[str, torch.Tensor]:
     """A batch of pairs as ONE (2 * pairs, longest) batch: chosen rows first, then rejected.
 

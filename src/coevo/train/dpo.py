@@ -77,7 +77,12 @@ class DpoConfig:
     reference: str = "precomputed"
     """`precomputed` (once, before training, stored with the pairs) or `live` (a frozen copy)."""
     epochs: int = 3
-    """Passes over the pairs."""
+    """Passes over the pairs (unless `steps` is set)."""
+    steps: int | None = None
+    """Optimizer steps in all, in place of `epochs`: passes over the pairs follow one another
+    (each shuffled anew) until this many steps are taken, the last pass cut short. Gives a run
+    another's budget (benchmarks/learning.py's `eto_matched`: ETO with the failure-agent
+    target's steps). None: `epochs` passes."""
     batch_size: int = 4
     """Pairs per micro-batch per process (the forward pass holds twice as many sequences)."""
     grad_accum: int = 1
@@ -102,6 +107,11 @@ class DpoConfig:
         check_trainer(self, ("epochs", "batch_size", "grad_accum"))
         if self.beta <= 0:
             raise ValueError(f"DpoConfig.beta must be > 0, got {self.beta}.")
+        if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
+            raise ValueError(
+                "DpoConfig.steps must be a whole number >= 1, or null for `epochs` passes; "
+                f"got {self.steps!r}."
+            )
         if self.reference not in ("precomputed", "live"):
             raise ValueError(
                 f"DpoConfig.reference must be 'precomputed' or 'live', got {self.reference!r}."
@@ -163,7 +173,7 @@ def train_dpo(
         DataLoader(list(examples), batch_sampler=sampler, collate_fn=collate)
     )
     steps_per_epoch = math.ceil(len(loader) / config.grad_accum)
-    total_steps = steps_per_epoch * config.epochs
+    total_steps = config.steps or steps_per_epoch * config.epochs
     scheduler = make_scheduler(accelerator, optimizer, config.optim, total_steps)
 
     step = out.start()

@@ -53,7 +53,8 @@ from accelerate.utils import set_seed
 from torch import nn
 
 from coevo.attention import sdpa_backends
-from coevo.train.episodes import (
+from coevo.seeds import derive
+from coevo.train.groups import (
     Episode,
     Player,
     TaskOrder,
@@ -108,12 +109,6 @@ class GrpoConfig:
     seeded order, the few left over at the end of a pass wait for the next."""
     samples: int = 8
     """Episodes per task (K, the group size)."""
-    temperature: float = 0.9
-    """Sampling temperature of the rollouts (the policy's log-probs are taken at 1)."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold of the rollouts."""
-    max_new_tokens: int = 96
-    """Longest reply per step of an episode."""
     rollout_batch_size: int = 64
     """Episodes advancing together in one batched generate."""
     scale_advantages: bool = True
@@ -164,11 +159,6 @@ class GrpoConfig:
             raise ValueError(
                 f"GrpoConfig.samples must be >= 2: advantages compare the samples of one task, "
                 f"got {self.samples}."
-            )
-        if self.temperature <= 0:
-            raise ValueError(
-                f"GrpoConfig.temperature must be > 0: greedy samples of a task are all alike, "
-                f"got {self.temperature}."
             )
 
 
@@ -327,7 +317,7 @@ def update(
         size = config.micro_batch_size
         from_trainer = sampled_gap(net, episodes[:size], accelerator.device) > config.max_logp_gap
         episodes = rescored(net, episodes, accelerator.device, size, every=from_trainer)
-    rng = random.Random(seed * 1_000_003 + step * 7_919 + 1)
+    rng = random.Random(derive(seed, "minibatches", step))
     order = list(range(len(episodes)))
     sums: dict[str, float] = {}
     total_tokens = 0.0

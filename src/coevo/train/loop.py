@@ -432,7 +432,7 @@ def finish(
     if step >= total_steps:
         if is_lora(model) and out.settings.save_final_model and accelerator.is_main_process:
             # The adapters alone too, before they are merged: what a generation server loads
-            # by name to serve this stage's weights (coevo.methods.serving).
+            # by name to serve this stage's weights (coevo.run.serving).
             model.save_pretrained(out.root / "adapter")
         model = finish_model(model)
         if out.settings.save_final_model and accelerator.is_main_process:

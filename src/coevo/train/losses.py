@@ -40,6 +40,105 @@ def token_logps(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return picked - torch.logsumexp(logits, dim=-1)
 
 
+def head_logps(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    chunk: int = 1024,
+    entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`token_logps(F.linear(hidden, weight), labels)`, `chunk` rows of logits at a time.
+
+    hidden: (rows, hidden) the states that predict the labels; weight: (vocab, hidden) a
+    bias-free LM head; labels: (rows,) -> logps (rows,) float32, and with `entropy` the entropy
+    of each row's distribution (rows,), detached; else None.
+    The (rows, vocab) float32 logits of a plain forward are kept for its backward: 200 KB a row
+    at a 49k vocabulary, more than the rest of a small model's activations. Here at most one
+    chunk of them lives at a time: the backward recomputes the logits of every chunk but the
+    last. The same numbers as the plain forward, in the same precision (under autocast the
+    head runs in its dtype, as `F.linear` would): each row's value is computed by the same
+    operations, bit for bit where the matrix product gives a row the same bits whatever the
+    other rows are.
+    """
+    if (
+        hidden.dim() != 2
+        or labels.shape != hidden.shape[:1]
+        or weight.shape[1:] != hidden.shape[1:]
+    ):
+        raise ValueError(
+            f"head_logps needs hidden (rows, hidden), weight (vocab, hidden) and labels (rows,), "
+            f"got {tuple(hidden.shape)}, {tuple(weight.shape)} and {tuple(labels.shape)}."
+        )
+    if chunk < 1:
+        raise ValueError(f"head_logps needs chunk >= 1, got {chunk}.")
+    logps, ent = _HeadLogps.apply(hidden, weight, labels, chunk, entropy)
+    return logps, ent if entropy else None
+
+
+def _head_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The dtype `F.linear(hidden, weight)` computes in here: autocast's, else the inputs'."""
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return torch.promote_types(hidden.dtype, weight.dtype)
+
+
+class _HeadLogps(torch.autograd.Function):
+    """`head_logps`' forward and backward; its backward is autograd's for the plain ops
+    (`F.linear`, `.float()`, gather minus logsumexp), written out per chunk."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, chunk, entropy):  # type: ignore[override]
+        dtype = _head_dtype(hidden, weight)
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = weight.to(dtype)
+            parts, lses, ents = [], [], []
+            logits = hidden.new_empty(0, weight.shape[0], dtype=torch.float32)
+            for h, y in zip(hidden.split(chunk), labels.split(chunk), strict=True):
+                logits = F.linear(h.to(dtype), w).float()  # (chunk, vocab)
+                lse = torch.logsumexp(logits, dim=-1)  # (chunk,)
+                parts.append(logits.gather(-1, y.unsqueeze(-1)).squeeze(-1) - lse)
+                lses.append(lse)
+                if entropy:
+                    logp = torch.log_softmax(logits, dim=-1)
+                    ents.append(-(logp.exp() * logp).sum(-1))
+        ctx.save_for_backward(hidden, weight, labels, torch.cat(lses) if lses else logits[:, 0])
+        ctx.chunk, ctx.dtype = chunk, dtype
+        ctx.last = logits  # the last chunk's logits: the backward need not recompute them
+        logps = torch.cat(parts) if parts else logits[:, 0]
+        ent = torch.cat(ents) if ents else torch.zeros_like(logps)
+        ctx.mark_non_differentiable(ent)
+        return logps, ent
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_logps, _grad_entropy):  # type: ignore[override]
+        hidden, weight, labels, lse = ctx.saved_tensors
+        need_hidden, need_weight = ctx.needs_input_grad[:2]
+        grad_hidden = torch.empty_like(hidden) if need_hidden else None
+        grad_weight = torch.zeros_like(weight) if need_weight else None
+        starts = range(0, hidden.shape[0], ctx.chunk)
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = weight.to(ctx.dtype)
+            for start in starts:
+                rows = slice(start, start + ctx.chunk)
+                h = hidden[rows].to(ctx.dtype)
+                last = start == starts[-1]
+                logits = ctx.last if last else F.linear(h, w).float()  # (chunk, vocab)
+                g = grad_logps[rows]  # (chunk,)
+                # d(picked - lse)/d logits = onehot(label) - softmax, in place over the logits.
+                grad = logits.sub_(lse[rows].unsqueeze(-1)).exp_().mul_(-g.unsqueeze(-1))
+                grad.scatter_add_(-1, labels[rows].unsqueeze(-1), g.unsqueeze(-1))
+                grad = grad.to(ctx.dtype)
+                if need_hidden:
+                    grad_hidden[rows] = grad @ w
+                if need_weight:
+                    grad_weight += (grad.T @ h).to(weight.dtype)
+        ctx.last = None
+        return grad_hidden, grad_weight, None, None, None
+
+
 def sequence_logps(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Per-sequence log-prob summed over the tokens where `mask` is 1.
 

@@ -6,7 +6,9 @@ LM head to those rows only. Observations are most of a multi-turn trajectory, so
 most of the (tokens, vocab) logits a plain forward would build, in time and in memory. Rows of
 unlike length go through in groups of like length (`length_groups`), so few pads are computed.
 Preference pairs can instead go through as forks (`coevo.train.batches.collate_forked`): the
-prefix a pair's two sides share is computed once.
+prefix a pair's two sides share is computed once; SFT batches as one packed row
+(`coevo.train.batches.collate_packed`): no pads at all. The LM head's logits are computed
+`LOGIT_CHUNK` rows at a time (`coevo.train.losses.head_logps`).
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from coevo.attention import fork_mask, use_packed_attention
+from coevo.attention import PackedSeqs, fork_mask, use_packed_attention
 from coevo.lengths import length_groups
-from coevo.train.losses import sequence_logps, token_logps
+from coevo.train.losses import head_logps, sequence_logps, token_logps
 from coevo.train.settings import Compute, Lora
 
 # Config fields that make the LM head more than a linear layer; such models take the plain path.
 _HEAD_EXTRAS = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
+
+LOGIT_CHUNK = 1024
+"""Rows of LM-head logits computed at a time in training: 200 MB of float32 logits at
+SmolLM2's 49k vocabulary, where a whole batch's agent tokens would take gigabytes."""
 
 
 def load_model(model: Any) -> nn.Module:
@@ -166,6 +172,7 @@ class AgentLogps(nn.Module):
         position_ids: torch.Tensor | None = None,
         forks: torch.Tensor | None = None,
         scored: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """input_ids, attention_mask, action_mask: (batch, seq) -> logps (batch,), tokens (batch,).
 
@@ -177,26 +184,34 @@ class AgentLogps(nn.Module):
         With `forks` (a `collate_forked` batch: input_ids, position_ids, forks, scored; the
         masks unused; only where `can_fork()`) it returns the pairs' chosen sides, then their
         rejected sides, as `collate_dpo`'s rows would.
+
+        With `lengths` (a `collate_packed` batch: input_ids, position_ids, action_mask of one
+        row, the sequences' lengths; only where `can_fork()`) it returns per sequence what
+        the padded rows of those sequences would give.
         """
         if forks is not None:
             if per_token:
                 raise ValueError("Forked pairs give per-sequence log-probs only.")
             return self._score_forks(input_ids, position_ids, forks, scored)
-        lengths = _right_padded_lengths(attention_mask)
-        if lengths is None:
+        if lengths is not None:
+            if per_token:
+                raise ValueError("Packed sequences give per-sequence log-probs only.")
+            return self._score_packed(input_ids, position_ids, action_mask, lengths)
+        row_lengths = _right_padded_lengths(attention_mask)
+        if row_lengths is None:
             return self._score(input_ids, attention_mask, action_mask, per_token)
         # Under causal attention a real token never sees the pads that follow it, so the mask
         # changes nothing we score; without it SDPA takes its fused causal kernel, which
         # neither materialises (heads, seq, seq) weights nor a 4-D mask. Rows of unlike
         # lengths (a pair's chosen and rejected sides) go through in groups of like length,
         # each cut to its longest row: pads cost a forward and a backward like real tokens.
-        groups = length_groups(lengths)
+        groups = length_groups(row_lengths)
         if len(groups) == 1:
             return self._score(input_ids, None, action_mask, per_token)
         parts = []
         for rows in groups:
             index = torch.tensor(rows, device=input_ids.device)
-            longest = max(lengths[r] for r in rows)
+            longest = max(row_lengths[r] for r in rows)
             ids, action = input_ids[index, :longest], action_mask[index, :longest]
             parts.append(self._score(ids, None, action, per_token))
         # Back to the batch's row order (and, per token, its width).
@@ -234,10 +249,10 @@ class AgentLogps(nn.Module):
         ).last_hidden_state  # (batch, seq, hidden)
         picked = hidden[:, :-1][target]  # (agent tokens, hidden)
         labels = input_ids[:, 1:][target]  # (agent tokens,)
-        logits = base.get_output_embeddings()(picked)  # (agent tokens, vocab)
+        logps, entropy = _head(base, picked, labels, entropy=per_token)  # (agent tokens,)
         if per_token:
-            return _per_token(logits, labels, target)
-        logps = token_logps(logits, labels)  # (agent tokens,)
+            zeros = logps.new_zeros(target.shape)
+            return zeros.masked_scatter(target, logps), zeros.masked_scatter(target, entropy)
         rows = torch.arange(input_ids.shape[0], device=input_ids.device)
         rows = rows.unsqueeze(1).expand_as(target)[target]  # (agent tokens,) sequence of each
         per_seq = torch.zeros(input_ids.shape[0], device=logps.device, dtype=logps.dtype)
@@ -264,7 +279,7 @@ class AgentLogps(nn.Module):
             pair_forks=tuple(tuple(f) for f in forks.tolist()),
         ).last_hidden_state[0]  # (tokens, hidden)
         rows, labels, pair, side = scored
-        logps = token_logps(base.get_output_embeddings()(hidden[rows]), labels)
+        logps, _ = _head(base, hidden[rows], labels)
         pairs = forks.shape[0]
         sums, counts = [], []
         for other in (2, 1):  # chosen: shared + chosen tokens; rejected: shared + rejected
@@ -274,9 +289,67 @@ class AgentLogps(nn.Module):
             counts.append(torch.bincount(pair[keep], minlength=pairs))
         return torch.cat(sums), torch.cat(counts)
 
+    def _score_packed(
+        self,
+        input_ids: torch.Tensor,  # (1, tokens)
+        position_ids: torch.Tensor,  # (1, tokens)
+        action_mask: torch.Tensor,  # (1, tokens), 0 on each sequence's first token
+        lengths: torch.Tensor,  # (sequences,)
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.can_fork():  # another attention would let sequences see each other
+            raise ValueError(
+                "This model cannot take packed sequences (it needs SDPA attention and no "
+                "sliding window); train it with sft.packing: false."
+            )
+        base = self.model.get_base_model() if is_lora(self.model) else self.model
+        bounds = nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+        packed = PackedSeqs(tuple(lengths.tolist()), bounds)
+        hidden = base.get_decoder()(
+            input_ids=input_ids,
+            attention_mask=fork_mask(input_ids.device),
+            position_ids=position_ids,
+            use_cache=False,
+            packed_seqs=packed,
+        ).last_hidden_state[0]  # (tokens, hidden)
+        # A sequence's first token is never scored, so a scored token and the row before it
+        # are always of one sequence.
+        target = action_mask[0, 1:].to(torch.bool)  # (tokens - 1,)
+        logps, _ = _head(base, hidden[:-1][target], input_ids[0, 1:][target])
+        sequence = torch.repeat_interleave(
+            torch.arange(len(lengths), device=lengths.device),
+            lengths,
+            output_size=input_ids.shape[1],
+        )[1:][target]  # (agent tokens,) the sequence of each scored token
+        zeros = torch.zeros(len(lengths), device=logps.device, dtype=logps.dtype)
+        tokens = torch.zeros_like(lengths).index_add(0, sequence, torch.ones_like(sequence))
+        return zeros.index_add(0, sequence, logps), tokens
+
+
+def _head(
+    base: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, *, entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of `labels` under the LM head of `base` applied to `hidden` (rows, hidden),
+    with each row's entropy when asked: in chunks of rows for a plain linear head."""
+    head = base.get_output_embeddings()
+    if type(head) is nn.Linear and head.bias is None:
+        return head_logps(hidden, head.weight, labels, chunk=LOGIT_CHUNK, entropy=entropy)
+    logits = head(hidden)  # (rows, vocab): LoRA on the head, a bias
+    return token_logps(logits, labels), _entropy(logits) if entropy else None
+
+
+def _entropy(logits: torch.Tensor, chunk: int = LOGIT_CHUNK) -> torch.Tensor:
+    """Entropy of each row's distribution, detached. logits: (rows, vocab) -> (rows,)"""
+    with torch.no_grad():
+        # In chunks of rows: a whole second (rows, vocab) tensor would double the peak.
+        parts = []
+        for rows in logits.detach().split(chunk):
+            logp = torch.log_softmax(rows.float(), dim=-1)
+            parts.append(-(logp.exp() * logp).sum(-1))
+        return torch.cat(parts) if parts else logits.new_zeros(0, dtype=torch.float32)
+
 
 def _per_token(
-    logits: torch.Tensor, labels: torch.Tensor, target: torch.Tensor, chunk: int = 1024
+    logits: torch.Tensor, labels: torch.Tensor, target: torch.Tensor, chunk: int = LOGIT_CHUNK
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs and entropies of the agent tokens, scattered back to (batch, seq - 1).
 
@@ -284,13 +357,7 @@ def _per_token(
     positions the rows of `logits` belong to (row-major order, as `x[target]` picks them).
     """
     logps = token_logps(logits, labels)  # (agent tokens,)
-    with torch.no_grad():
-        # In chunks of rows: a whole second (tokens, vocab) tensor would double the peak.
-        parts = []
-        for rows in logits.detach().split(chunk):
-            logp = torch.log_softmax(rows.float(), dim=-1)
-            parts.append(-(logp.exp() * logp).sum(-1))
-        entropy = torch.cat(parts) if parts else logps.detach()
+    entropy = _entropy(logits, chunk)
     zeros = logps.new_zeros(target.shape)
     return zeros.masked_scatter(target, logps), zeros.masked_scatter(target, entropy)
 

@@ -21,7 +21,7 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
 from coevo.attention import sdpa_backends
-from coevo.train.batches import LengthBatches, TokenSeq, check_seq, collate_sft
+from coevo.train.batches import LengthBatches, TokenSeq, check_seq, collate_packed, collate_sft
 from coevo.train.loop import (
     CheckpointDir,
     Meter,
@@ -58,6 +58,12 @@ class SftConfig:
     """Sequences per micro-batch per process."""
     grad_accum: int = 1
     """Micro-batches per optimizer step; the step's batch is batch_size * grad_accum * GPUs."""
+    packing: bool = False
+    """Send each micro-batch through the model as one row, its sequences one after another
+    with positions restarting, attention kept within each (`collate_packed`): no pads, the
+    same loss and gradients up to float rounding. Needs an SDPA model without a sliding
+    window. Off by default: on a 2-core CPU the per-sequence attention calls cost about what
+    the few pads of length-grouped batches cost (benchmarks/results/model_speed.md)."""
     eval_every: int = 0
     """Eval loss every this many steps (0: at the end of each epoch); needs eval examples."""
     progress: bool = True
@@ -109,9 +115,15 @@ def train_sft(
 
     model = trainable(model, config.compute, config.lora)
     net = AgentLogps(model)
+    if config.packing and not net.can_fork():
+        raise ValueError(
+            "sft.packing needs a model on SDPA attention without a sliding window; set "
+            "sft.packing: false for this one."
+        )
     optimizer = make_optimizer(net, config.optim, fused=accelerator.device.type == "cuda")
     sampler = LengthBatches([len(e.input_ids) for e in examples], config.batch_size, seed=seed)
-    loader = DataLoader(list(examples), batch_sampler=sampler, collate_fn=collate_sft)
+    collate = collate_packed if config.packing else collate_sft
+    loader = DataLoader(list(examples), batch_sampler=sampler, collate_fn=collate)
     net, optimizer, loader = accelerator.prepare(net, optimizer, loader)
     steps_per_epoch = math.ceil(len(loader) / config.grad_accum)
     total_steps = steps_per_epoch * config.epochs
@@ -134,28 +146,28 @@ def train_sft(
                 tokens = global_sum(
                     accelerator, sum(int(b["action_mask"][:, 1:].sum()) for b in window)
                 )
-                loss_sum = 0.0
+                seen = global_sum(accelerator, sum(real_tokens(b) for b in window))
+                # Summed on the device and read once, after the optimizer step is queued: on a
+                # GPU each read waits for all queued work.
+                loss_sum = torch.zeros((), device=accelerator.device)
                 for i, batch in enumerate(window):
                     with sync_unless(accelerator, net, i < len(window) - 1):
-                        logps, _ = net(
-                            batch["input_ids"], batch["attention_mask"], batch["action_mask"]
-                        )
+                        logps, _ = sft_logps(net, batch)
                         # DDP averages gradients over processes; * num_processes undoes that, so
                         # the gradient is the NLL summed over all processes / all their tokens.
                         loss = -logps.sum() * accelerator.num_processes / tokens
                         accelerator.backward(loss)
-                    loss_sum += float(-logps.detach().sum())
+                    loss_sum += -logps.detach().sum()
                 grad_norm = clip(accelerator, net, config.optim)
                 lr = scheduler.get_last_lr()[0]  # the rate this step used
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
-                seen = global_sum(accelerator, sum(int(b["attention_mask"].sum()) for b in window))
                 record = {
                     "step": step,
                     "epoch": epoch,
-                    "loss": global_sum(accelerator, loss_sum) / tokens,
+                    "loss": global_sum(accelerator, float(loss_sum)) / tokens,
                     "lr": lr,
                     "grad_norm": float(grad_norm),
                     "tokens_per_s": meter.rate(int(seen)),
@@ -175,6 +187,27 @@ def train_sft(
 
     settings = settings_record(config, seed)
     return finish(accelerator, net, out, step, total_steps, settings, tokenizer)
+
+
+def sft_logps(net: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed agent-token log-probs and agent-token counts per sequence, (sequences,) each, of
+    a `collate_sft` or `collate_packed` batch."""
+    if "lengths" in batch:
+        return net(
+            batch["input_ids"],
+            None,
+            batch["action_mask"],
+            position_ids=batch["position_ids"],
+            lengths=batch["lengths"],
+        )
+    return net(batch["input_ids"], batch["attention_mask"], batch["action_mask"])
+
+
+def real_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """The tokens of a batch's sequences, pads left out."""
+    if "lengths" in batch:
+        return batch["input_ids"].shape[1]
+    return int(batch["attention_mask"].sum())
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ from coevo.envs import SPLITS, EnvError, EpisodeFinishedError, make
 from coevo.envs.bfcl import BfclEnv
 from coevo.envs.bfcl.env import DONE
 from coevo.envs.check import check_env
-from coevo.envs.episode import expert_trajectory, replay
+from coevo.envs.conversation import expert_trajectory, replay
 from coevo.envs.react import FORMAT_ERROR, parse
 from coevo.trajectory import Task
 from tests.envs.bfcl.conftest import NEEDS_PACKAGE, entry_task

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from coevo.envs.bfcl import BfclEnv
-from coevo.envs.episode import expert_trajectory
+from coevo.envs.conversation import expert_trajectory
 from tests.envs.bfcl.conftest import NEEDS_PACKAGE, entry_task
 
 pytest.importorskip("bfcl_eval", reason=NEEDS_PACKAGE)

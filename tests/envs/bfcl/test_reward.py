@@ -14,7 +14,7 @@ import pytest
 
 from coevo.envs.bfcl import BfclEnv, data
 from coevo.envs.bfcl.calls import Call, parse_calls
-from coevo.envs.episode import replay
+from coevo.envs.conversation import replay
 from tests.envs.bfcl.conftest import NEEDS_PACKAGE
 
 pytest.importorskip("bfcl_eval", reason=NEEDS_PACKAGE)

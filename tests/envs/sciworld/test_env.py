@@ -21,7 +21,7 @@ import pytest
 from coevo.envs import SPLITS, EnvError, EpisodeFinishedError
 from coevo.envs.base import NoDemonstrationError
 from coevo.envs.check import check_env
-from coevo.envs.episode import expert_trajectory
+from coevo.envs.conversation import expert_trajectory
 from coevo.envs.react import FORMAT_ERROR
 from coevo.envs.sciworld import SciWorldEnv, eto
 from coevo.envs.sciworld.manifest import GoldCache, GoldRecord

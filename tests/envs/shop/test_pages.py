@@ -105,7 +105,7 @@ def test_no_purchase_scores_zero_and_the_budget_truncates(shop, task):
 
 
 def test_expert_reaches_one_on_every_task(shop):
-    from coevo.envs.episode import expert_trajectory
+    from coevo.envs.conversation import expert_trajectory
 
     for split in ("train", "test_seen", "test_unseen"):
         for task in shop.tasks(split):

@@ -12,11 +12,10 @@ import pytest
 from coevo.envs import make
 from coevo.envs.base import EnvError, EpisodeFinishedError
 from coevo.envs.check import check_env
-from coevo.envs.episode import expert_trajectory
+from coevo.envs.conversation import expert_trajectory
 from coevo.envs.react import FORMAT_ERROR
 from coevo.envs.sql import SqlEnv
-from coevo.envs.sql.env import extract_sql
-from coevo.envs.sql.sandbox import ERROR_PREFIX
+from coevo.envs.sql.sandbox import ERROR_PREFIX, extract_sql
 from coevo.trajectory import Task
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from coevo.cli import app
 from coevo.envs.base import EnvError
 from coevo.envs.check import check_env
-from coevo.envs.episode import expert_trajectory
+from coevo.envs.conversation import expert_trajectory
 from coevo.envs.sql import SqlEnv
 from coevo.envs.sql.spider import tables_in_query
 

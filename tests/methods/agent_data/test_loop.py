@@ -15,9 +15,9 @@ from coevo.analysis.compare import compare
 from coevo.config import ConfigError, build
 from coevo.export import export, read_jsonl
 from coevo.methods.agent_data.loop import mixture
-from coevo.methods.recipe import RunConfig
 from coevo.methods.runner import execute
-from coevo.records import EvolveRecord
+from coevo.run.recipe import RunConfig
+from coevo.run.records import EvolveRecord
 from coevo.store import Store
 from coevo.trajectory import Task
 from tests.methods.kill import run_until_rows
@@ -30,7 +30,7 @@ AGENT_DATA = {
     "theta": 50.0,  # 16 episodes a step: a pattern is rare below 8 of them
     "explorations": 3,
     "mixture": 0.5,
-    "explorer": {"max_new_tokens": 24, "reflect_tokens": 24},
+    "explorer": {"sampling": {"max_new_tokens": 24}, "reflect_tokens": 24},
 }
 VALUES = {
     **FAST,
@@ -141,8 +141,35 @@ def test_recipe_mistakes_name_the_setting():
         check(mixture=1.0)
     with pytest.raises(ConfigError, match="agent_data.theta"):
         check(theta=0)
-    with pytest.raises(ConfigError, match="server_model"):
-        check(explorer={"server": "http://x/v1"})
+    with pytest.raises(ConfigError, match="agent_data.explorer.server.url is set but server.model"):
+        check(explorer={"server": {"url": "http://x/v1"}})
+    with pytest.raises(ConfigError, match="explorer.server.reload_command"):
+        check(explorer={"server": {"url": "http://x/v1", "model": "m", "reload_command": "x"}})
+    with pytest.raises(ConfigError, match="agent_data.explorer.name and agent_data.explorer.path"):
+        check(explorer={"name": "smollm2-135m", "path": "/m"})
+    with pytest.raises(ConfigError, match="agent_data.explorer.sampling.temperature must be > 0"):
+        check(explorer={"sampling": {"temperature": 0.0}})
+
+
+def test_the_explorer_server_gets_the_server_sections_settings(nano_model_dir):
+    """One policy constructor: the explorer's server is built as the run's is, with its
+    key, timeout and concurrency."""
+    from coevo.policy.server import ServerPolicy
+    from coevo.stages.play import open_policy
+
+    server = build(
+        RunConfig,
+        {"agent_data": {"explorer": {"server": {"url": "http://x/v1", "model": "big"}}}},
+    ).agent_data.explorer.server
+    server.timeout, server.max_concurrency, server.max_context = 5.0, 3, 512
+    made = open_policy(nano_model_dir, name="explorer", server=server)
+    assert isinstance(made, ServerPolicy)
+    assert (made.model, made.timeout, made.max_concurrency, made.max_context) == (
+        "big",
+        5.0,
+        3,
+        512,
+    )
 
 
 @pytest.mark.slow

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from coevo.config import ConfigError, build, load
-from coevo.methods.recipe import RunConfig
 from coevo.methods.runner import execute
+from coevo.run.recipe import RunConfig
 from coevo.store import Store
 from tests.methods.test_grpo import GRPO
 from tests.methods.test_run import FAST, ROOT

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from coevo.envs.episode import replay
+from coevo.envs.conversation import replay
 from coevo.envs.evolve import exploration_task, tasks_from_exploration
 from coevo.methods.agent_data.verify import verify
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from coevo.envs.episode import replay
+from coevo.envs.conversation import replay
 from coevo.envs.evolve import action_pattern, exploration_task, task_key, tasks_from_exploration
 from coevo.envs.shop.goals import make_goal
 from coevo.methods.agent_data.synthesize import synthesize
@@ -63,8 +63,8 @@ def test_shop_buying_a_test_target_is_rejected_and_no_purchase_gives_nothing(sho
     assert tasks_from_exploration(shop, browsing) == []
 
 
-def test_shop_action_patterns():
-    pattern = action_pattern(ShopLike())
+def test_shop_action_patterns(shop):
+    pattern = action_pattern(shop)
     assert pattern("search[red shoes]") == "search"
     assert pattern("click[next >]") == "click:next"
     assert pattern("click[Buy Now]") == "click:buy"
@@ -72,10 +72,6 @@ def test_shop_action_patterns():
     assert pattern("click[large]") == "click:option"
     assert pattern("click[features]") == "click:features"
     assert pattern("jump") == "invalid"
-
-
-class ShopLike:
-    name = "shop"
 
 
 # -- sql ----------------------------------------------------------------------------------
@@ -162,8 +158,8 @@ def test_sciworld_proposes_the_nearest_train_variations_the_train_set_lacks():
 
     assert nearest_missing(10, list(range(20)), {8, 9, 10, 11, 12}, 2) == [7, 13]
     assert nearest_missing(0, [0, 1], {0, 1}, 2) == []
-    assert verb(None, "focus on thermometer") == "focus on"
-    assert verb(None, "open door to kitchen") == "open"
+    assert verb("focus on thermometer") == "focus on"
+    assert verb("open door to kitchen") == "open"
 
 
 # -- any env ------------------------------------------------------------------------------

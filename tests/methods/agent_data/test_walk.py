@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from coevo.envs.base import EnvError
-from coevo.envs.episode import expert_trajectory, observation_message, replay
+from coevo.envs.conversation import expert_trajectory, observation_message, replay
 from coevo.envs.evolve import (
     action_pattern,
     agent_actions,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +56,11 @@ def parse_calls(action: str) -> list[Call]:
     if fence:
         text = fence.group(1).strip()
     try:
-        tree = ast.parse(text, mode="eval")
+        # A model's text such as `1abc` makes Python warn (invalid decimal literal) to stderr
+        # before it fails or parses: the agent hears about the problem from the observation.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError, OverflowError) as exc:  # ValueError: a NUL byte
         reason = exc.msg if isinstance(exc, SyntaxError) else str(exc)
         raise CallSyntaxError(

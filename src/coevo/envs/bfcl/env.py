@@ -23,20 +23,20 @@ else 0, with the reason in `info["checker"]` and the graded `info["turn_pass_sha
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from coevo.envs.base import EnvError, EpisodeClock, NoEpisodeError, StepResult, check_split
-from coevo.envs.bfcl import data
+from coevo.envs.bfcl import data, evolve
 from coevo.envs.bfcl.backend import Backend, Outcome
 from coevo.envs.bfcl.calls import CallSyntaxError, parse_answer, parse_calls
 from coevo.envs.bfcl.checker import TurnCheck, Verdict, check_turn, forced, verdict
+from coevo.envs.bfcl.docs import DOCS, FORMAT, render_docs
+from coevo.envs.evolve import Candidate
 from coevo.envs.react import FORMAT_ERROR, format_reply, parse
-from coevo.trajectory import Task, Turn
+from coevo.trajectory import Task, Trajectory, Turn
 
 REWARDS = ("entry", "turns")
-DOCS = ("package", "compact")
 DONE = "All of the user's requests have been handled; the episode is over."
 
 ACTIONS = """\
@@ -62,16 +62,6 @@ def _templates() -> dict[str, str]:
         "output_format": OUTPUT_FORMAT_MAPPING["python"],
         "added": DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
     }
-
-
-def render_docs(docs: list[dict[str, Any]], style: str) -> str:
-    """Function docs as the prompt shows them: `package`, the package's indented JSON; `compact`,
-    the same docs without their response schemas, on one line (about 43% of the characters,
-    for models whose context cannot hold the package's ~37,000 characters)."""
-    if style == "compact":
-        docs = [{k: v for k, v in d.items() if k != "response"} for d in docs]
-        return json.dumps(docs, ensure_ascii=False, separators=(",", ":"))
-    return json.dumps(docs, indent=4)
 
 
 @dataclass
@@ -109,7 +99,7 @@ class BfclEnv:
         of one user turn; `max_result_chars` cuts each call result in the observation (None:
         whole, as BFCL shows them; the checker always sees them whole); `reward` is `entry`
         (1.0 when the entry passes, else 0) or `turns` (the turn pass share); `docs` how the
-        functions are listed (`render_docs`)."""
+        functions are listed: `package`, `compact` or `signatures` (coevo.envs.bfcl.docs)."""
         if not isinstance(max_steps, int) or max_steps < 2:
             raise EnvError(f"bfcl option max_steps must be an integer >= 2, got {max_steps!r}.")
         if max_result_chars is not None and (
@@ -148,7 +138,8 @@ class BfclEnv:
         head = f"{t['persona']} {t['task']}\n\n{self._actions}"
         if docs is None:
             return f"{head}\n\nThe functions you can invoke are listed here once a task starts."
-        tools = t["available_tools"].format(format="json", functions=render_docs(docs, self.docs))
+        functions = render_docs(docs, self.docs)
+        tools = t["available_tools"].format(format=FORMAT[self.docs], functions=functions)
         return f"{head}\n\n{tools}"
 
     @functools.lru_cache(maxsize=64)  # noqa: B019 (a few dozen class sets; the env lives long)
@@ -266,7 +257,7 @@ class BfclEnv:
         )
         ep.call_steps = 0
 
-    # -- expert and signals ------------------------------------------------------------------
+    # -- expert ----------------------------------------------------------------------------
 
     def expert(self, task: Task) -> list[Turn]:
         """Each turn's ground-truth calls in one action, then an answer (reward 1.0)."""
@@ -296,6 +287,8 @@ class BfclEnv:
                 )
         return [Turn("assistant", r) for r in replies]
 
+    # -- agent-data co-evolution: coevo.envs.evolve's capabilities, done in evolve.py ------
+
     def action_pattern(self, action: str) -> str:
         """The action's kind for the agent-data signals: the called function names in order
         (joined by '+'), `answer`, or `invalid`."""
@@ -309,6 +302,21 @@ class BfclEnv:
         except CallSyntaxError:
             return "invalid"
         return "+".join(dict.fromkeys(c.name for c in calls))
+
+    def valid_actions(self) -> list[str]:
+        """Calls of the functions listed now, then `answer[...]` (none between episodes)."""
+        if self._episode is None or not self._clock.running:
+            return []
+        return evolve.valid_actions(self._episode)
+
+    def exploration_task(self, task: Task, context: str, key: str) -> Task:
+        return evolve.exploration_task(task, context, key)
+
+    def tasks_from_exploration(self, trajectory: Trajectory) -> list[Candidate]:
+        return evolve.tasks_from_exploration(trajectory)
+
+    def task_key(self, task: Task) -> str:
+        return evolve.task_key(task)
 
     def close(self) -> None:
         self._episode = None

@@ -18,8 +18,9 @@ import logging
 from typing import Any
 
 from coevo.envs.base import EnvError, EpisodeClock, NoDemonstrationError, StepResult, check_split
+from coevo.envs.evolve import Candidate
 from coevo.envs.react import FORMAT_ERROR, format_reply, parse
-from coevo.envs.sciworld import protocol
+from coevo.envs.sciworld import evolve, protocol
 from coevo.envs.sciworld.manifest import (
     GoldCache,
     GoldRecord,
@@ -29,7 +30,7 @@ from coevo.envs.sciworld.manifest import (
 )
 from coevo.envs.sciworld.simulator import JAVA_HEAP, Simulator, SimulatorError
 from coevo.envs.sciworld.thoughts import thought_for
-from coevo.trajectory import Task, Turn
+from coevo.trajectory import Task, Trajectory, Turn
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,9 @@ class SciWorldEnv:
 
     name = "sciworld"
     instruction_prompt = INSTRUCTION_PROMPT
+    text_dedup = False
+    """Variations of one type have near-identical descriptions (a colour, a room): the task name
+    and variation alone (`task_key`) say whether two tasks are the same (coevo.envs.evolve)."""
 
     def __init__(
         self,
@@ -303,6 +307,23 @@ class SciWorldEnv:
         else:
             reason = f"all {len(actions)} actions replayed, best score {result.info['best_score']}"
         return GoldRecord(task.id, actions, False, result.reward, steps, reason, budget)
+
+    # -- agent-data co-evolution: coevo.envs.evolve's capabilities, done in evolve.py ------
+
+    def action_pattern(self, action: str) -> str:
+        return evolve.action_pattern(action)
+
+    def valid_actions(self) -> list[str]:
+        """The simulator's valid actions now, less `focus on ...` (none between episodes)."""
+        if self._task is None or not self._clock.running:
+            return []
+        return evolve.valid_actions(self.sim)
+
+    def tasks_from_exploration(self, trajectory: Trajectory) -> list[Candidate]:
+        return evolve.tasks_from_exploration(self.sim, self.types, self.tasks("train"), trajectory)
+
+    def task_key(self, task: Task) -> str:
+        return evolve.task_key(task)
 
     def close(self) -> None:
         self.sim.close()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coevo.cache import coevo_cache
+from coevo.config import coevo_cache
 from coevo.envs.base import EnvError
 from coevo.envs.sciworld import eto, protocol
 from coevo.envs.sciworld.simulator import Simulator

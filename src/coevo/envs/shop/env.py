@@ -10,15 +10,16 @@ from rapidfuzz import process
 from rapidfuzz.utils import default_process
 
 from coevo.envs.base import EnvError, EpisodeClock, StepResult, check_split
+from coevo.envs.evolve import Candidate
 from coevo.envs.react import FORMAT_ERROR, parse
-from coevo.envs.shop import pages
+from coevo.envs.shop import evolve, pages
 from coevo.envs.shop.catalog import Catalog
 from coevo.envs.shop.expert import expert_turns
 from coevo.envs.shop.goals import generated_splits, real_splits
 from coevo.envs.shop.pages import RESULTS_PER_PAGE, Action, Page, parse_action
 from coevo.envs.shop.reward import score
 from coevo.envs.shop.source import generated_catalog, real_catalog
-from coevo.trajectory import Task, Turn
+from coevo.trajectory import Task, Trajectory, Turn
 
 INSTRUCTION_PROMPT = (
     "You are web shopping for a customer. Each observation is a page of the shop; anything in "
@@ -137,6 +138,21 @@ class ShopEnv:
 
     def close(self) -> None:
         self.catalog.close()
+
+    # --- agent-data co-evolution: coevo.envs.evolve's capabilities, done in evolve.py -----
+
+    def action_pattern(self, action: str) -> str:
+        return evolve.action_pattern(action)
+
+    def valid_actions(self) -> list[str]:
+        """The replies valid on the page shown (none between episodes)."""
+        return evolve.valid_actions(self._page, self.catalog) if self._clock.running else []
+
+    def tasks_from_exploration(self, trajectory: Trajectory) -> list[Candidate]:
+        return evolve.tasks_from_exploration(self.catalog, trajectory)
+
+    def task_key(self, task: Task) -> str:
+        return evolve.task_key(task)
 
     # --- page transitions -----------------------------------------------------------------
 

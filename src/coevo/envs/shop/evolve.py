@@ -1,18 +1,18 @@
 """The shop's side of agent-data co-evolution: action patterns, the actions valid on the page
 shown (for the explorers without a model), and goals made from what an explorer bought
-(through the instruction maker the task generator uses)."""
+(through the instruction maker the task generator uses). `ShopEnv`'s methods of the same names
+(`coevo.envs.evolve`'s capabilities) call these with the env's catalog and page."""
 
 from __future__ import annotations
 
 import random
 import re
-from typing import Any
 
 from coevo.envs.evolve import Candidate
 from coevo.envs.react import format_reply
 from coevo.envs.shop.catalog import Catalog
 from coevo.envs.shop.goals import goal_data, instruction_text, price_upper
-from coevo.envs.shop.pages import BACK, BUY, NEXT, PREV, SUB_PAGES, parse_action
+from coevo.envs.shop.pages import BACK, BUY, NEXT, PREV, SUB_PAGES, Page, parse_action
 from coevo.trajectory import Task, Trajectory
 
 _ASIN = re.compile(r"^[A-Z0-9]{10}$")
@@ -26,7 +26,7 @@ _WHY = {
 _searches: dict[str, tuple[str, ...]] = {}
 
 
-def action_pattern(env: Any, action: str) -> str:
+def action_pattern(action: str) -> str:
     """The verb and the kind of page element: `search`, `click:item`, `click:option`,
     `click:next`, `click:buy`, `click:description`, ... (`invalid` when it does not parse)."""
     act = parse_action(action)
@@ -44,15 +44,11 @@ def action_pattern(env: Any, action: str) -> str:
     return "click:option"
 
 
-def valid_actions(env: Any) -> list[str]:
+def valid_actions(page: Page, catalog: Catalog) -> list[str]:
     """On the search page, searches built from the catalog's words (`searches`); on any other
     page, a click on each label it shows."""
-    # ShopEnv keeps the page on screen and the episode's clock: read them here.
-    page, clock = env._page, env._clock
-    if not clock.running:
-        return []
     if page.name == "search":
-        return [format_reply(f"I search for {q}.", f"search[{q}]") for q in searches(env.catalog)]
+        return [format_reply(f"I search for {q}.", f"search[{q}]") for q in searches(catalog)]
     return [
         format_reply(_WHY.get(target[0], "I click {label}.").format(label=label), f"click[{label}]")
         for label, target in page.clickables.items()
@@ -73,7 +69,7 @@ def searches(catalog: Catalog) -> tuple[str, ...]:
     return _searches[key]
 
 
-def tasks_from_exploration(env: Any, trajectory: Trajectory) -> list[Candidate]:
+def tasks_from_exploration(catalog: Catalog, trajectory: Trajectory) -> list[Candidate]:
     """The bought product with the options the explorer chose, as a goal (none without a
     purchase). Attributes and the price bound are drawn as the generator draws them, seeded by
     the exploration so a rerun makes the same goal."""
@@ -81,10 +77,10 @@ def tasks_from_exploration(env: Any, trajectory: Trajectory) -> list[Candidate]:
     asin, chosen = info.get("asin"), info.get("chosen")
     if not isinstance(asin, str) or not isinstance(chosen, dict):
         return []
-    pid = env.catalog.id_of(asin)
+    pid = catalog.id_of(asin)
     if pid is None:
         return []
-    product = env.catalog.product(pid)
+    product = catalog.product(pid)
     groups = {str(g): str(v) for g, v in chosen.items() if any(g == n for n, _ in product.options)}
     rng = random.Random(f"shop-synth-{trajectory.task.id}-{trajectory.sample}")
     k = min(len(product.attributes), rng.choice((1, 2, 2, 3)))
@@ -97,7 +93,7 @@ def tasks_from_exploration(env: Any, trajectory: Trajectory) -> list[Candidate]:
     return [Candidate(task, {"asin": asin, "chosen": groups})]
 
 
-def task_key(env: Any, task: Task) -> str:
+def task_key(task: Task) -> str:
     """A goal is its target product: strict on purpose, so no synthesized task targets a
     product a test goal targets, whatever options either names."""
     return f"asin:{task.data.get('asin')}"

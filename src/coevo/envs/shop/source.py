@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from coevo.cache import coevo_cache
+from coevo.config import coevo_cache
 from coevo.envs.shop.catalog import Catalog, write_catalog
 from coevo.envs.shop.generator import GENERATOR_VERSION, generate_products
 

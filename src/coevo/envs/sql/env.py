@@ -20,16 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from coevo.envs.base import EnvError, EpisodeClock, StepResult, check_split
+from coevo.envs.evolve import Candidate
 from coevo.envs.react import FORMAT_ERROR, format_reply, parse
+from coevo.envs.sql import evolve
 from coevo.envs.sql.generator import ensure_generated, load_pool, split_pools
 from coevo.envs.sql.reward import GoldRows, Score, score
-from coevo.envs.sql.sandbox import QueryResult, Sandbox, format_rows
+from coevo.envs.sql.sandbox import QueryResult, Sandbox, extract_sql, format_rows
 from coevo.envs.sql.spider import load_spider, spider_candidates, tables_in_query
-from coevo.trajectory import Task, Turn
+from coevo.trajectory import Task, Trajectory, Turn
 
-_FENCE = re.compile(
-    r"```[ \t]*(?:(?:sql|sqlite|mysql)(?=\s))?(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE
-)
 _SUBMIT = re.compile(r"^submit\s*;?$", re.IGNORECASE)
 
 INSTRUCTIONS = """\
@@ -40,14 +39,6 @@ several lines are fine); the observation is the result rows, or the error;
 - SHOW TABLES lists the tables; DESC <table> lists a table's columns;
 - submit ends the episode: the rows of your last query are compared with the correct answer.
 The database is read-only. You have at most {max_steps} actions."""
-
-
-def extract_sql(action: str) -> str:
-    """The SQL inside a ```sql fence, or the action itself without surrounding backticks."""
-    fence = _FENCE.search(action)
-    if fence:
-        return fence.group(1).strip()
-    return action.strip().strip("`").strip()
 
 
 class SqlEnv:
@@ -239,3 +230,21 @@ class SqlEnv:
         for box in self._sandboxes.values():
             box.close()
         self._sandboxes.clear()
+
+    # -- agent-data co-evolution: coevo.envs.evolve's capabilities, done in evolve.py ------
+
+    def action_pattern(self, action: str) -> str:
+        return evolve.action_pattern(action)
+
+    def valid_actions(self) -> list[str]:
+        """The statements valid on the episode's database (none between episodes)."""
+        if self._task is None or not self._clock.running:
+            return []
+        box = self.sandbox(self._task.data["db_id"])
+        return evolve.valid_actions(box, self._clock.steps, self._last)
+
+    def tasks_from_exploration(self, trajectory: Trajectory) -> list[Candidate]:
+        return evolve.tasks_from_exploration(self.sandbox, trajectory)
+
+    def task_key(self, task: Task) -> str:
+        return evolve.task_key(task)

@@ -1,18 +1,18 @@
 """sql's side of agent-data co-evolution: statement shapes as action patterns, the statements
 valid now (for the explorers without a model), and tasks made from the queries an explorer ran
 (the query is the gold; the question is the explorer's own, written as `Task: ...` in its
-thought, or a template description)."""
+thought, or a template description). `SqlEnv`'s methods of the same names (`coevo.envs.evolve`'s
+capabilities) call these with the env's sandboxes and episode."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
 
 from coevo.envs.evolve import Candidate, agent_actions
 from coevo.envs.react import format_reply
 from coevo.envs.sql.actions import statements
-from coevo.envs.sql.env import extract_sql
-from coevo.envs.sql.sandbox import lead_keyword
+from coevo.envs.sql.sandbox import QueryResult, Sandbox, extract_sql, lead_keyword
 from coevo.envs.sql.spider import tables_in_query
 from coevo.trajectory import Task, Trajectory
 
@@ -35,7 +35,7 @@ MIN_STEPS = 3
 and only after a query that returned rows."""
 
 
-def action_pattern(env: Any, action: str) -> str:
+def action_pattern(action: str) -> str:
     """The statement's shape: `SELECT+JOIN+GROUP BY`, `SHOW`, `DESC`, `SUBMIT`, ..."""
     sql = extract_sql(action)
     if sql.lower().rstrip(";").strip() == "submit":
@@ -48,18 +48,15 @@ def action_pattern(env: Any, action: str) -> str:
     return "+".join([lead, *(name for name, rx in _CLAUSES if rx.search(sql))])
 
 
-def valid_actions(env: Any) -> list[str]:
-    """The statements generated from the episode's database (`coevo.envs.sql.actions`), each
-    with its question as `Task: ...` in the thought, and `submit` once it makes sense."""
-    # SqlEnv keeps the episode's task, clock and last result for scoring: read them here.
-    task, clock, last = env._task, env._clock, env._last
-    if task is None or not clock.running:
-        return []
+def valid_actions(box: Sandbox, steps: int, last: QueryResult | None) -> list[str]:
+    """The statements generated from the episode's database `box` (`coevo.envs.sql.actions`),
+    each with its question as `Task: ...` in the thought, and `submit` once it makes sense
+    (`steps` taken, the `last` result)."""
     replies = [
         format_reply(f"Task: {s.question}" if s.question else _INSPECT, s.sql)
-        for s in statements(env.sandbox(task.data["db_id"]))
+        for s in statements(box)
     ]
-    if clock.steps >= MIN_STEPS and last is not None and last.ok and last.rows:
+    if steps >= MIN_STEPS and last is not None and last.ok and last.rows:
         replies.append(format_reply("The last result answers a question; I submit it.", "submit"))
     return replies
 
@@ -78,13 +75,16 @@ def describe(db_id: str, sql: str) -> str:
     return f"In the {db_id} database, what does this query return: {' '.join(sql.split())}"
 
 
-def tasks_from_exploration(env: Any, trajectory: Trajectory) -> list[Candidate]:
+def tasks_from_exploration(
+    sandbox: Callable[[str], Sandbox], trajectory: Trajectory
+) -> list[Candidate]:
     """Each distinct SELECT the explorer ran whose result is non-empty becomes a task; the
-    result is recomputed in the sandbox (a hostile or failing query yields no task)."""
+    result is recomputed in the database's sandbox (`sandbox(db_id)`: a hostile or failing
+    query yields no task)."""
     db_id = trajectory.task.data.get("db_id")
     if not isinstance(db_id, str):
         return []
-    box = env.sandbox(db_id)
+    box = sandbox(db_id)
     out: list[Candidate] = []
     seen: set[str] = set()
     for thought, action, _ in agent_actions(trajectory):
@@ -103,7 +103,7 @@ def tasks_from_exploration(env: Any, trajectory: Trajectory) -> list[Candidate]:
     return out
 
 
-def task_key(env: Any, task: Task) -> str:
+def task_key(task: Task) -> str:
     """A task is its database and gold query (spacing and case aside)."""
     query = " ".join(str(task.data.get("query", "")).lower().rstrip(";").split())
     return f"{task.data.get('db_id')}|{query}"

@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from coevo.cache import coevo_cache
+from coevo.config import coevo_cache
 from coevo.envs.base import EnvError
 from coevo.envs.sql.joins import join_templates, three_table_templates
 from coevo.envs.sql.questions import Candidate, Values, single_table_templates

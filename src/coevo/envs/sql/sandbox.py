@@ -60,6 +60,9 @@ _DESC = re.compile(
 )
 _LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$))*", re.DOTALL)
 _WORD = re.compile(r"[A-Za-z_]+")
+_FENCE = re.compile(
+    r"```[ \t]*(?:(?:sql|sqlite|mysql)(?=\s))?(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,15 @@ class QueryResult:
 
 def _fail(message: str) -> QueryResult:
     return QueryResult(rows=None, error=ERROR_PREFIX + message)
+
+
+def extract_sql(action: str) -> str:
+    """The SQL of an agent's action: inside a ```sql fence, or the action itself without
+    surrounding backticks."""
+    fence = _FENCE.search(action)
+    if fence:
+        return fence.group(1).strip()
+    return action.strip().strip("`").strip()
 
 
 def lead_keyword(sql: str) -> str:

@@ -30,10 +30,6 @@ class Column:
     ref: str = ""
 
     @property
-    def numeric(self) -> bool:
-        return self.kind in ("int", "real", "year")
-
-    @property
     def plural(self) -> str:
         return pluralize(self.phrase)
 

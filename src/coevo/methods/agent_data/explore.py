@@ -13,15 +13,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from coevo.envs.base import Env
 from coevo.envs.evolve import exploration_task
 from coevo.envs.pool import EnvPool
-from coevo.methods.agent_data.signals import KINDS, Signal
+from coevo.methods.agent_data.signals import KINDS, Found, Signal
 from coevo.policy.base import Policy, Sampling
 from coevo.render import RenderError, render_prompt
 from coevo.rollout import rollout
+from coevo.seeds import derive
 from coevo.trajectory import Task, Trajectory, Turn
 
 MAX_CONTEXT_CHARS = 300
@@ -48,25 +49,34 @@ class Seed:
     signal-free, random exploration)."""
 
     task: Task
-    signal: dict[str, Any] | None
-    """The signal as recorded (`Signal.to_dict()` with its step and store rows)."""
+    signal: Found | None
     key: str
     """Unique within the run: names the exploration episode's task."""
 
 
-def pick(signals: Sequence[Signal], n: int) -> list[Signal]:
+class Kinded(Protocol):
+    kind: str
+
+    @property
+    def task_id(self) -> str: ...
+
+
+K = TypeVar("K", bound=Kinded)
+
+
+def pick(signals: Sequence[K], n: int) -> list[K]:
     """Up to `n` signals, one per task, taking the kinds in turn (so one kind cannot crowd
     out the others), each kind's signals in the order found."""
     queues = {k: [s for s in signals if s.kind == k] for k in KINDS}
-    chosen: list[Signal] = []
+    chosen: list[K] = []
     tasks: set[str] = set()
     while len(chosen) < n and any(queues.values()):
         for kind in KINDS:
             while queues[kind]:
                 s = queues[kind].pop(0)
-                if s.task.id not in tasks:
+                if s.task_id not in tasks:
                     chosen.append(s)
-                    tasks.add(s.task.id)
+                    tasks.add(s.task_id)
                     break
             if len(chosen) >= n:
                 break
@@ -125,7 +135,7 @@ def reflect(
     budget = max(1, min(max_length, policy.max_context) - sampling.max_new_tokens)
     prompts = [fitted(t, policy.tokenizer, budget) for t in texts]
     asked = [i for i, p in enumerate(prompts) if p is not None]
-    seeds = [seed * 1_000_003 + i for i in asked]
+    seeds = [derive(seed, "reflect", i) for i in asked]
     done = policy.generate([prompts[i] for i in asked], sampling, seeds=seeds) if asked else []
     answers: list[str | None] = [None] * len(texts)  # a prompt that cannot fit: malformed
     for i, completion in zip(asked, done, strict=True):

@@ -22,17 +22,14 @@ resumes after a kill: GRPO from its checkpoints, an evolve stage from its stored
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 from coevo.envs.base import SPLITS, Env
 from coevo.envs.evolve import action_pattern, require
 from coevo.envs.pool import EnvPool
-from coevo.methods import rollouts
 from coevo.methods.agent_data.explore import (
     Seed,
     explore,
@@ -41,19 +38,21 @@ from coevo.methods.agent_data.explore import (
     reflect,
     reflection_prompt,
 )
-from coevo.methods.agent_data.signals import KINDS, Signal, rare_can_fire, step_signals
+from coevo.methods.agent_data.signals import KINDS, Found, Signal, rare_can_fire, step_signals
 from coevo.methods.agent_data.summary import batch_share, describe_round
 from coevo.methods.agent_data.synthesize import synthesize
 from coevo.methods.agent_data.verify import verify
 from coevo.methods.agent_data.walk import plan_round, rarity, walks
 from coevo.methods.grpo import grpo_stage, interval_ends
-from coevo.methods.run import VALID, Run, StageModel
-from coevo.methods.start import shared_start
-from coevo.pipeline import console
-from coevo.policy.base import Policy, Sampling
-from coevo.records import EvolveRecord
+from coevo.policy.base import Policy
+from coevo.run.console import console
+from coevo.run.context import VALID, Run, StageModel
+from coevo.run.records import EvolveRecord
+from coevo.seeds import derive
+from coevo.stages import play
+from coevo.stages.start import shared_start
 from coevo.store import StoredTrajectory
-from coevo.train.episodes import TaskOrder
+from coevo.train.groups import TaskOrder
 from coevo.trajectory import Task, Trajectory
 
 
@@ -91,7 +90,7 @@ def run_agent_data(run: Run) -> None:
             evolve_stage(run, model, i, list(range(round_start + 1, until + 1)), train)
             round_start = until
         if until % cfg.grpo.eval_every == 0 or until == steps:
-            rollouts.evaluate(run, model, i)
+            play.evaluate(run, model, i)
         first = until
 
 
@@ -123,7 +122,7 @@ def mixture(
     if n_syn == 0:
         return None
     base_order = TaskOrder(len(base), per_step - n_syn, seed)
-    syn_order = TaskOrder(len(synthesized), n_syn, seed + 1)
+    syn_order = TaskOrder(len(synthesized), n_syn, derive(seed, "synthesized"))
 
     def pick_tasks(step: int) -> list[Task]:
         return [base[i] for i in base_order.step(step)] + [
@@ -154,24 +153,20 @@ def played_steps(run: Run, until: int) -> dict[int, list[StoredTrajectory]]:
 def explorer(run: Run, model: StageModel) -> Policy:
     """The explorer: the recipe's other model or server, else the current agent."""
     ex = run.config.agent_data.explorer
-    if ex.server is not None:
-        from coevo.policy.server import ServerPolicy
-
-        return ServerPolicy(
-            ex.server,
-            str(ex.server_model),
-            tokenizer=ex.path or model.path,
-            name="explorer",
-            api_key=os.environ.get(ex.api_key_env) if ex.api_key_env else None,
-        )
+    if ex.server.url is not None:
+        return play.open_policy(ex.path or model.path, name="explorer", server=ex.server)
     if ex.path is not None or ex.name is not None:
-        from coevo.policy.hf import HFPolicy
         from coevo.policy.models import get_model
 
-        path = ex.path or get_model(str(ex.name))
         cfg = run.config.model
-        return HFPolicy(path, dtype=cfg.dtype, device=cfg.device, name="explorer")
-    return rollouts.policy(run, model, "explorer")
+        return play.open_policy(
+            ex.path or get_model(str(ex.name)),
+            name="explorer",
+            dtype=cfg.dtype,
+            device=run.processes.device(cfg.device),
+            decode=cfg.decode,
+        )
+    return play.policy(run, model, "explorer")
 
 
 def evolve_stage(
@@ -182,7 +177,7 @@ def evolve_stage(
     cfg = run.config
     ad = cfg.agent_data
     name = f"evolve-{interval}"
-    seed = cfg.seed * 1000 + interval
+    seed = derive(cfg.seed, "evolve", interval)
 
     def stage(out: Path) -> EvolveRecord:
         played = played_steps(run, steps[-1])
@@ -191,7 +186,7 @@ def evolve_stage(
         with _env(run) as env:
             found, per_step = round_signals(run, env, played, steps)
             with (out / "signals.jsonl").open("w", encoding="utf-8") as f:
-                f.writelines(json.dumps(r) + "\n" for r in found)
+                f.writelines(json.dumps(s.to_dict()) + "\n" for s in found)
             if ad.explorer.kind == "llm":
                 seeds, contexts, malformed = _reflected(
                     run, explorer_policy, out, found, played, train, seed, interval
@@ -204,7 +199,11 @@ def evolve_stage(
                 malformed = 0
             explorations = _explorations(run, name, interval, seeds, play)
             provenance = [
-                {"exploration": row.id, "context": c, "signal": s.signal}
+                {
+                    "exploration": row.id,
+                    "context": c,
+                    "signal": s.signal.to_dict() if s.signal else None,
+                }
                 for row, s, c in zip(explorations, seeds, contexts, strict=True)
             ]
             made = synthesize(
@@ -231,7 +230,7 @@ def evolve_stage(
         record = EvolveRecord(
             round=interval,
             steps=steps,
-            signals={kind: sum(r["kind"] == kind for r in found) for kind in KINDS},
+            signals={kind: sum(f.kind == kind for f in found) for kind in KINDS},
             signals_per_step=per_step,
             explorations=len(explorations),
             candidates=len(made.candidates),
@@ -257,13 +256,13 @@ def evolve_stage(
 
 def round_signals(
     run: Run, env: Env, played: dict[int, list[StoredTrajectory]], steps: list[int]
-) -> tuple[list[dict[str, Any]], dict[str, dict[str, int]]]:
+) -> tuple[list[Found], dict[str, dict[str, int]]]:
     """The signals of the round's `steps` (each step's history: every step before it), as
     records naming the step and the store rows of their trajectories; counts per step."""
     ad = run.config.agent_data
     pattern = action_pattern(env)
     ordered = sorted(played)
-    found: list[dict[str, Any]] = []
+    found: list[Found] = []
     per_step: dict[str, dict[str, int]] = {}
     for k, step in enumerate(ordered):
         if step not in steps:
@@ -274,9 +273,7 @@ def round_signals(
             earlier, here, pattern=pattern, window=ad.window, theta=ad.theta, kinds=ad.signals
         )
         per_step[str(step)] = {kind: sum(s.kind == kind for s in signals) for kind in KINDS}
-        for s in signals:
-            rows = [played[step][i].id for i in s.trajectories]
-            found.append({"step": step, **s.to_dict(), "rows": rows})
+        found += [Found.of(s, step, [played[step][i].id for i in s.trajectories]) for s in signals]
     return found, per_step
 
 
@@ -284,7 +281,7 @@ def _reflected(
     run: Run,
     explorer_policy: Callable[[], Policy],
     out: Path,
-    found: list[dict[str, Any]],
+    found: list[Found],
     played: dict[int, list[StoredTrajectory]],
     train: list[Task],
     seed: int,
@@ -298,21 +295,24 @@ def _reflected(
     saved = out / "reflections.json"
     if saved.exists():
         data = json.loads(saved.read_text())
-        seeds = [Seed(Task.from_dict(d["task"]), d["signal"], d["key"]) for d in data["seeds"]]
+        seeds = [
+            Seed(
+                Task.from_dict(d["task"]),
+                Found.from_dict(d["signal"]) if d["signal"] else None,
+                d["key"],
+            )
+            for d in data["seeds"]
+        ]
         return seeds, data["contexts"], data["malformed"]
     contexts: list[str | None]
     if ad.random_exploration:
         seeds = random_seeds(train, ad.explorations, seed, str(interval))
         contexts, malformed = [None] * len(seeds), 0
     else:
-        chosen = pick_records(found, ad.explorations)
+        chosen = pick(found, ad.explorations)
         by_row = {r.id: r.trajectory for rows in played.values() for r in rows}
-        texts = [
-            reflection_prompt(_signal(r, by_row), [by_row[i] for i in r["rows"]]) for r in chosen
-        ]
-        sampling = Sampling(
-            temperature=ad.explorer.temperature, max_new_tokens=ad.explorer.reflect_tokens
-        )
+        texts = [reflection_prompt(_signal(f, by_row), [by_row[i] for i in f.rows]) for f in chosen]
+        sampling = ad.explorer.sampling.sampling(max_new_tokens=ad.explorer.reflect_tokens)
         answers = (
             reflect(
                 explorer_policy(),
@@ -327,11 +327,18 @@ def _reflected(
         kept = [(r, a) for r, a in zip(chosen, answers, strict=True) if a is not None]
         malformed = len(chosen) - len(kept)
         seeds = [
-            Seed(by_row[r["rows"][0]].task, r, f"{interval}-{k}") for k, (r, _) in enumerate(kept)
+            Seed(by_row[f.rows[0]].task, f, f"{interval}-{k}") for k, (f, _) in enumerate(kept)
         ]
         contexts = [a for _, a in kept]
     record = {
-        "seeds": [{"task": s.task.to_dict(), "signal": s.signal, "key": s.key} for s in seeds],
+        "seeds": [
+            {
+                "task": s.task.to_dict(),
+                "signal": s.signal.to_dict() if s.signal else None,
+                "key": s.key,
+            }
+            for s in seeds
+        ],
         "contexts": contexts,
         "malformed": malformed,
     }
@@ -339,16 +346,10 @@ def _reflected(
     return seeds, contexts, malformed
 
 
-def _signal(record: dict[str, Any], by_row: dict[int, Trajectory]) -> Signal:
+def _signal(found: Found, by_row: dict[int, Trajectory]) -> Signal:
     """A recorded signal back as a Signal over its own trajectories (indices 0, 1, ...)."""
-    task = by_row[record["rows"][0]].task
-    return Signal(record["kind"], task, tuple(range(len(record["rows"]))), record["detail"])
-
-
-def pick_records(found: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    """`explore.pick` over recorded signals: up to `n`, one per task, kinds in turn."""
-    signals = [Signal(r["kind"], Task(r["task"], "", "", ""), (i,)) for i, r in enumerate(found)]
-    return [found[s.trajectories[0]] for s in pick(signals, n)]
+    task = by_row[found.rows[0]].task
+    return Signal(found.kind, task, tuple(range(len(found.rows))), found.detail)
 
 
 def _explorations(
@@ -372,7 +373,7 @@ def _played_by(
 ) -> Callable[[], list[Trajectory]]:
     """How the `llm` explorer plays the round's explorations under their contexts."""
     ex = run.config.agent_data.explorer
-    sampling = Sampling(temperature=ex.temperature, max_new_tokens=ex.max_new_tokens)
+    sampling = ex.sampling.sampling()
     return lambda: explore(
         explorer_policy(),
         run.pool,
@@ -389,7 +390,7 @@ def _played_by(
 def _walks(
     run: Run,
     env: Env,
-    found: list[dict[str, Any]],
+    found: list[Found],
     played: dict[int, list[StoredTrajectory]],
     steps: list[int],
     train: list[Task],
@@ -400,7 +401,7 @@ def _walks(
     and how to play them. Guided weighs patterns by the round's own rollouts."""
     ad = run.config.agent_data
     guided = ad.explorer.kind == "guided"
-    chosen = pick_records(found, ad.explorations) if guided else []
+    chosen = pick(found, ad.explorations) if guided else []
     seeds, plans = plan_round(env, chosen, played, train, ad.explorations, seed, interval)
     weight = None
     if guided:

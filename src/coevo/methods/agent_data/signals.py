@@ -36,13 +36,40 @@ class Signal:
     detail: dict[str, Any] = field(default_factory=dict)
     """What makes it a signal (the pattern and its share, the rewards of the window)."""
 
+    @property
+    def task_id(self) -> str:
+        return self.task.id
+
+
+@dataclass(frozen=True)
+class Found:
+    """A signal of a round as the round records it (`stages/evolve-<i>/signals.jsonl`, and
+    the provenance of what it leads to): the step it fired at, its kind, its task, the store
+    rows of its trajectories, and what made it a signal."""
+
+    step: int
+    kind: str
+    task_id: str
+    rows: tuple[int, ...]
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, signal: Signal, step: int, rows: Sequence[int]) -> Found:
+        """`signal` of `step`, whose trajectories are the store rows `rows`."""
+        return cls(step, signal.kind, signal.task.id, tuple(rows), signal.detail)
+
     def to_dict(self) -> dict[str, Any]:
         return {
+            "step": self.step,
             "kind": self.kind,
-            "task": self.task.id,
-            "trajectories": list(self.trajectories),
+            "task": self.task_id,
+            "rows": list(self.rows),
             "detail": self.detail,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Found:
+        return cls(d["step"], d["kind"], d["task"], tuple(d["rows"]), d.get("detail", {}))
 
 
 def _ok(reward: float) -> bool:

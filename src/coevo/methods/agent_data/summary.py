@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coevo.records import EvolveRecord
+from coevo.run.records import EvolveRecord
 from coevo.store import StoredSynthesized
 from coevo.trajectory import Trajectory
 

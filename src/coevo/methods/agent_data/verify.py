@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coevo.envs.base import Env
-from coevo.envs.episode import expert_trajectory
+from coevo.envs.conversation import expert_trajectory
 from coevo.envs.evolve import Candidate, task_key, text_dedup
 from coevo.trajectory import Task
 

@@ -28,11 +28,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from coevo.envs.base import Env
-from coevo.envs.episode import replay
+from coevo.envs.conversation import replay
 from coevo.envs.evolve import action_pattern, agent_actions, exploration_task, valid_actions
 from coevo.envs.react import format_reply, parse
 from coevo.methods.agent_data.explore import Seed, instruction, random_seeds
-from coevo.methods.agent_data.signals import PASS, patterns
+from coevo.methods.agent_data.signals import PASS, Found, patterns
+from coevo.seeds import derive
 from coevo.store import StoredTrajectory
 from coevo.trajectory import Task, Trajectory
 
@@ -72,7 +73,7 @@ def rarity(
 
 def plan_round(
     env: Env,
-    chosen: Sequence[dict[str, Any]],
+    chosen: Sequence[Found],
     played: dict[int, list[StoredTrajectory]],
     train: Sequence[Task],
     n: int,
@@ -86,13 +87,13 @@ def plan_round(
     if chosen:
         pattern = action_pattern(env)
         by_row = {r.id: r for rows in played.values() for r in rows}
-        for k, record in enumerate(chosen):
+        for k, found in enumerate(chosen):
             key = f"{interval}-{k}"
-            attempts = [by_row[i].trajectory for i in record["rows"]]
-            before = _last_success(played, record["task"], record["step"])
-            rng = random.Random(f"plan|{seed}|{key}")
-            plans.append(plan(record["kind"], record["detail"], attempts, before, pattern, rng))
-            seeds.append(Seed(attempts[0].task, record, key))
+            attempts = [by_row[i].trajectory for i in found.rows]
+            before = _last_success(played, found.task_id, found.step)
+            rng = random.Random(derive(seed, "plan", key))
+            plans.append(plan(found.kind, found.detail, attempts, before, pattern, rng))
+            seeds.append(Seed(attempts[0].task, found, key))
     filler = random_seeds(train, n - len(seeds), seed, f"{interval}-r")
     return seeds + filler, plans + [Plan() for _ in filler]
 
@@ -160,7 +161,7 @@ def walks(
     out = []
     for i, (s, p) in enumerate(zip(seeds, plans, strict=True)):
         task = exploration_task(env, s.task, instruction(p.context), s.key)
-        rng = random.Random(seed * 1_000_003 + i)
+        rng = random.Random(derive(seed, "walk", i))
         out.append(walk(env, task, rng, plan=p, weight=weight))
     return out
 

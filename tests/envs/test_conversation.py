@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from coevo.envs.episode import expert_trajectory, replay
+from coevo.envs.conversation import expert_trajectory, replay
 from tests.toy_env import ToyEnv
 
 

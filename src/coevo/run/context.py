@@ -2,7 +2,7 @@
 
 A run is one recipe in one run directory. Its stages go through the run's `Pipeline`, so each
 happens once per directory: a rerun skips it and reads its record back from the manifest
-(`coevo.records`), and a stage cut off by a kill runs again and resumes from what it stored.
+(`coevo.run.records`), and a stage cut off by a kill runs again and resumes from what it stored.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any, Protocol, TypeVar
 
 from coevo.envs.pool import EnvPool
 from coevo.envs.workers import RayEnvPool
-from coevo.methods.processes import Processes, ProcessesError
-from coevo.methods.recipe import RunConfig
-from coevo.pipeline import Pipeline
+from coevo.run.pipeline import Pipeline
+from coevo.run.processes import Processes, ProcessesError
+from coevo.run.recipe import RunConfig
 from coevo.store import Store
 from coevo.trajectory import Task
 
@@ -96,7 +96,7 @@ class Run:
         """Run stage `name` (`fn(stage_dir)` -> its record) unless it finished before; its
         record either way (`read` turns a manifest's outputs back into one).
 
-        With several processes (`coevo.methods.processes`) the main one runs and records the
+        With several processes (`coevo.run.processes`) the main one runs and records the
         stage; the others run `fn` too when `everyone` (training, rollouts: `fn` splits the
         work) and otherwise wait, then all read the main process's record.
         """

@@ -17,6 +17,7 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 
+from coevo.seeds import derive
 from coevo.train.batches import pad
 from coevo.train.loop import global_sum
 from coevo.trajectory import Task, Trajectory, is_success
@@ -65,13 +66,13 @@ class TaskOrder:
         """Task indices of GRPO step `step` (1-based)."""
         epoch, k = divmod(step - 1, self.steps_per_pass)
         order = list(range(self.n))
-        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        random.Random(derive(self.seed, "order", epoch)).shuffle(order)
         return order[k * self.per_step : (k + 1) * self.per_step]
 
 
 def rollout_seed(seed: int, step: int) -> int:
     """The rollout seed of one step: every step plays fresh samples, the same after a resume."""
-    return (seed * 1_000_003 + step * 7_919) % (1 << 62)
+    return derive(seed, "rollout", step)
 
 
 def check_groups(played: Sequence[Trajectory], tasks: Sequence[Task], samples: int) -> torch.Tensor:

@@ -24,6 +24,58 @@ from coevo.train.sft import SftConfig
 
 
 @dataclass
+class SamplingSection:
+    """How a stage samples replies; `.sampling()` is the policy's `Sampling` with these values."""
+
+    temperature: float = 1.0
+    """0 = greedy (argmax); above 0, logits are divided by it before sampling."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
+    max_new_tokens: int = 96
+    """Longest reply per step of an episode."""
+
+    def sampling(self, **fixed: Any) -> Sampling:
+        """The policy's `Sampling`: these values and what the stage fixes (seed, logprobs,
+        another max_new_tokens)."""
+        values = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_new_tokens": self.max_new_tokens,
+        }
+        return Sampling(**{**values, **fixed})
+
+    def validate(self) -> None:
+        try:
+            self.sampling()
+        except ValueError as exc:  # config.build names the recipe key: explore.sampling.top_p
+            raise ValueError(f"{type(self).__name__}.{exc}") from None
+
+
+@dataclass
+class ModelSource:
+    """Where a model's weights come from: a pretrained model coevo installs, or a local
+    checkpoint (the run's model and the agent_data explorer both say it this way)."""
+
+    name: str | None = None
+    """A pretrained model coevo can install (`coevo model get --list`), e.g. smollm2-135m:
+    converted once into `$COEVO_CACHE/models/<name>` and loaded from there."""
+    path: str | None = None
+    """A local Hugging Face checkpoint directory (instead of `name`)."""
+
+    def check_source(self, prefix: str) -> None:
+        if self.name is not None and self.path is not None:
+            raise ConfigError(f"{prefix}.name and {prefix}.path are both set: give one of them.")
+        if self.name is not None:
+            from coevo.policy.models import PRETRAINED
+
+            if self.name not in PRETRAINED:
+                raise ConfigError(
+                    f"{prefix}.name: unknown pretrained model {self.name!r}; use one of "
+                    f"{', '.join(PRETRAINED)} (or {prefix}.path for a local checkpoint)."
+                )
+
+
+@dataclass
 class EnvSection:
     name: str = "shop"
     """Registered env name (`coevo env list`) or 'package.module:EnvClass'."""
@@ -39,12 +91,7 @@ class EnvSection:
 
 
 @dataclass
-class ModelSection:
-    name: str | None = None
-    """A pretrained model coevo can install (`coevo model get --list`), e.g. smollm2-135m:
-    converted once into `$COEVO_CACHE/models/<name>` and loaded from there."""
-    path: str | None = None
-    """A local Hugging Face checkpoint directory (instead of `name`)."""
+class ModelSection(ModelSource):
     size: Literal["nano", "tiny", "small"] = "nano"
     """Size of the locally initialised model when neither `name` nor `path` is given (about
     1M / 3M / 10M parameters, random weights: for tests and format checks, not learning)."""
@@ -56,6 +103,12 @@ class ModelSection:
     otherwise where accelerate puts it (each process's GPU; CUDA_VISIBLE_DEVICES picks them)."""
     max_length: int = 2048
     """Token budget of one episode for training and generation; older turns are dropped."""
+    decode: Literal["auto", "eager", "static", "graphs"] = "auto"
+    """How in-process generation decodes (`coevo.policy.static_decode`): eager (a growing
+    cache), static (fixed shapes), graphs (fixed shapes compiled, captured as CUDA graphs on a
+    GPU); auto: the COEVO_DECODE environment variable if set, else eager until the graphs path
+    is measured on a GPU (docs/models.md). Not part of a run's identity: greedy replies are the
+    same either way (within the tolerance tests/test_gpu.py states in bf16)."""
     pretrain_epochs: int = 0
     """Language-model warm-up of a locally initialised model (ignored with `path`): epochs over
     the expert episodes of the train tasks with the loss on every token, observations
@@ -132,12 +185,8 @@ class RolloutSection:
 class ExploreSection:
     samples: int = 1
     """Rollouts per training task and agent in each iteration (the paper: 1)."""
-    temperature: float = 1.0
-    """Sampling temperature of exploration (0 = greedy, as ETO's scripts do)."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold of exploration."""
-    max_new_tokens: int = 96
-    """Longest reply per step."""
+    sampling: SamplingSection = field(default_factory=SamplingSection)
+    """How exploration samples (temperature 0 = greedy, as ETO's scripts do)."""
     batch_size: int = 32
     """Episodes advancing together in one batched generate."""
     chunk: int = 128
@@ -151,8 +200,8 @@ class EvalSection:
     """Splits evaluated (greedy) after SFT and after every iteration."""
     batch_size: int = 32
     """Episodes advancing together in one batched generate."""
-    max_new_tokens: int = 96
-    """Longest reply per step."""
+    sampling: SamplingSection = field(default_factory=lambda: SamplingSection(temperature=0.0))
+    """How evaluation samples: greedy by default (the papers' evaluation)."""
 
 
 @dataclass
@@ -200,16 +249,33 @@ class RftSection:
     """Total samples per task the hardest tasks may get (DART)."""
 
 
+@dataclass(frozen=True)
+class GrpoSection(GrpoConfig):
+    """The trainer's settings (`coevo.train.grpo.GrpoConfig`) and how its episodes sample:
+    the trainer reads the episodes, the method plays them."""
+
+    sampling: SamplingSection = field(default_factory=lambda: SamplingSection(temperature=0.9))
+    """How the rollouts sample (the policy's log-probs are taken at temperature 1)."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.sampling.temperature <= 0:
+            raise ValueError(
+                "GrpoSection.sampling.temperature must be > 0: greedy samples of a task are all "
+                f"alike, got {self.sampling.temperature}."
+            )
+
+
 SIGNAL_KINDS = ("forgetting", "boundary", "rare")
 GRPO_METHODS = ("grpo", "agent_data")
 """Methods whose episodes are played inside GRPO training, by the module being trained."""
 
 
 @dataclass
-class ExplorerSection:
+class ExplorerSection(ModelSource):
     """Who explores in `agent_data`: a model that reflects on the signals (`kind: llm`: the
     current agent, the default; another local model, `path` or `name`; or an OpenAI-compatible
-    server, `server`), or a walk over the env's valid actions without a model (`random`,
+    server, `server.url`), or a walk over the env's valid actions without a model (`random`,
     `guided`; coevo.methods.agent_data.walk)."""
 
     kind: Literal["llm", "random", "guided"] = "llm"
@@ -218,22 +284,13 @@ class ExplorerSection:
     paper's random-exploration ablation); guided: the same actions steered by the signals
     (boundary states, forgotten attempts replayed and varied, rare patterns weighted up),
     without a model: new, not the paper's. random and guided need the env's valid_actions
-    (shop, sql)."""
-    path: str | None = None
-    """A local Hugging Face checkpoint directory to explore with."""
-    name: str | None = None
-    """A pretrained model coevo can install (`coevo model get --list`) to explore with."""
-    server: str | None = None
-    """Base URL of an OpenAI-compatible API (a real deployment points it at a strong model,
-    as the paper does); its tokenizer comes from `path`, else the current agent's."""
-    server_model: str | None = None
-    """The name the server serves the explorer model under."""
-    api_key_env: str | None = None
-    """Environment variable holding the server's API key (never the key itself)."""
-    temperature: float = 0.9
-    """Sampling temperature of reflection and exploration."""
-    max_new_tokens: int = 96
-    """Longest reply per exploration step."""
+    (shop, sql, sciworld, bfcl)."""
+    server: ServerSection = field(default_factory=ServerSection)
+    """An OpenAI-compatible server to explore with (`server.url`, `server.model`; a real
+    deployment points it at a strong model, as the paper does); its tokenizer comes from
+    `path`, else the current agent's."""
+    sampling: SamplingSection = field(default_factory=lambda: SamplingSection(temperature=0.9))
+    """How the explorer samples its reflections and exploration steps."""
     reflect_tokens: int = 128
     """Longest reflection (the exploration context)."""
 
@@ -283,10 +340,10 @@ class AgentDataSection:
                 f"agent_data.mixture must be in [0, 1) (a share of each batch), got {self.mixture}."
             )
         ex = self.explorer
-        if ex.kind != "llm" and (ex.path, ex.name, ex.server) != (None, None, None):
+        if ex.kind != "llm" and (ex.path, ex.name, ex.server.url) != (None, None, None):
             raise ConfigError(
                 f"agent_data.explorer.kind={ex.kind} explores without a model, but "
-                "explorer.path, .name or .server is set: drop them, or use kind=llm."
+                "explorer.path, .name or .server.url is set: drop them, or use kind=llm."
             )
         if ex.kind == "guided" and self.random_exploration:
             raise ConfigError(
@@ -294,24 +351,27 @@ class AgentDataSection:
                 "agent_data.random_exploration=true drops them: use explorer.kind=random for "
                 "the signal-free walk."
             )
-        if ex.path is not None and ex.name is not None:
-            raise ConfigError("agent_data.explorer.path and .name are both set: give one.")
-        if ex.server is not None and not ex.server_model:
+        ex.check_source("agent_data.explorer")
+        if ex.server.url is not None and not ex.server.model:
             raise ConfigError(
-                "agent_data.explorer.server is set but server_model is not: give the name the "
-                "server serves the explorer model under."
+                "agent_data.explorer.server.url is set but server.model is not: give the name "
+                "the server serves the explorer model under."
             )
-        if ex.temperature <= 0 or ex.max_new_tokens < 1 or ex.reflect_tokens < 1:
+        if ex.server.reload_command is not None:
             raise ConfigError(
-                "agent_data.explorer.temperature must be > 0 and max_new_tokens, "
-                "reflect_tokens >= 1."
+                "agent_data.explorer.server.reload_command: the explorer's server keeps its own "
+                "weights (nothing is reloaded into it): drop it."
+            )
+        if ex.sampling.temperature <= 0 or ex.reflect_tokens < 1:
+            raise ConfigError(
+                "agent_data.explorer.sampling.temperature must be > 0 and reflect_tokens >= 1."
             )
 
 
 @dataclass
 class RunConfig:
     method: str = "failure_agent"
-    """sft, rft, eto, failure_agent, grpo, agent_data, or the ablations positive_agent, frozen_failure
+    """base (the model untrained), sft, rft, eto, failure_agent, grpo, agent_data, or the ablations
     (`coevo.methods.registry`)."""
     name: str | None = None
     """Row label in `coevo compare` (default: the method)."""
@@ -332,7 +392,7 @@ class RunConfig:
     dpo: DpoConfig = field(default_factory=DpoConfig)
     """DPO of every preference phase (each stage trains in its own folder, seeded from
     `seed`)."""
-    grpo: GrpoConfig = field(default_factory=GrpoConfig)
+    grpo: GrpoSection = field(default_factory=GrpoSection)
     """GRPO of the `grpo` method: its rollouts (K samples per task, temperature), loss, and
     the evaluation interval (`grpo.eval_every`)."""
     explore: ExploreSection = field(default_factory=ExploreSection)
@@ -350,6 +410,14 @@ class RunConfig:
         "lambda_sft": "failure_agent.lambda_sft",
         "within_agent_pairs": "failure_agent.within_agent_pairs",
         "hard_negative_threshold": "analysis.hard_negative_threshold",
+        **{
+            f"{section}.{key}": f"{section}.sampling.{key}"
+            for section in ("explore", "eval", "grpo", "agent_data.explorer")
+            for key in ("temperature", "top_p", "max_new_tokens")
+        },
+        "agent_data.explorer.server": "agent_data.explorer.server.url",
+        "agent_data.explorer.server_model": "agent_data.explorer.server.model",
+        "agent_data.explorer.api_key_env": "agent_data.explorer.server.api_key_env",
         **{
             f"{section}.{old}": f"{section}.{new}"
             for section in ("sft", "dpo")
@@ -388,16 +456,7 @@ class RunConfig:
         return self.name or self.method
 
     def validate(self) -> None:
-        if self.model.name is not None:
-            from coevo.policy.models import PRETRAINED
-
-            if self.model.path is not None:
-                raise ConfigError("model.name and model.path are both set: give one of them.")
-            if self.model.name not in PRETRAINED:
-                raise ConfigError(
-                    f"model.name: unknown pretrained model {self.model.name!r}; use one of "
-                    f"{', '.join(PRETRAINED)} (or model.path for a local checkpoint)."
-                )
+        self.model.check_source("model")
         if self.iterations < 0:
             raise ConfigError(f"iterations must be >= 0, got {self.iterations}.")
         if self.model.pretrain_epochs < 0:
@@ -417,17 +476,6 @@ class RunConfig:
         for key, value in counts.items():
             if value is not None and value < 1:
                 raise ConfigError(f"{key} must be >= 1, got {value}.")
-        for section, values in (
-            (
-                "explore",
-                (self.explore.temperature, self.explore.top_p, self.explore.max_new_tokens),
-            ),
-            ("eval", (0.0, 1.0, self.eval.max_new_tokens)),
-        ):
-            try:
-                Sampling(*values)
-            except ValueError as exc:
-                raise ConfigError(f"{section}.{exc}") from None
         if self.model.backend == "server" and not (self.server.url and self.server.model):
             raise ConfigError(
                 "model.backend is server but server.url or server.model is not set: give the "

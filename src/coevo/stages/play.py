@@ -1,5 +1,6 @@
-"""The stages that play episodes: exploration (`explore-<iteration>-<agent>`) and greedy
-evaluation (`eval-<iteration>`), and the policy they play with.
+"""The stages that play episodes: exploration (`explore-<iteration>-<agent>`) and evaluation
+(`eval-<iteration>`, greedy by default), and the one constructor of the policies they, GRPO and
+the agent-data explorer play with (`open_policy`).
 
 Trajectories go to the run's store, tagged with iteration, stage and agent; later stages read
 them back from there. Both stages resume after a kill from what they committed.
@@ -12,28 +13,37 @@ from pathlib import Path
 from typing import Any
 
 from coevo.analysis.outcomes import episode_stats, outcome_shares
-from coevo.methods.run import Run, StageModel
-from coevo.policy.base import Policy, Sampling
-from coevo.records import EvalRecord, ExploreRecord
+from coevo.policy.base import Policy
 from coevo.rollout import rollout
+from coevo.run.context import Run, StageModel
+from coevo.run.recipe import ServerSection
+from coevo.run.records import EvalRecord, ExploreRecord
+from coevo.seeds import derive
 from coevo.trajectory import Task, Trajectory
 
 
-def policy(run: Run, model: StageModel, name: str) -> Policy:
-    """What plays `model` as agent `name`, as `model.backend` says: the checkpoint in-process
-    (the module itself when it is still in memory), or the recipe's generation server, made to
-    serve `model` first (`coevo.methods.serving`)."""
-    cfg = run.config.model
-    if cfg.backend == "server":
-        from coevo.methods.serving import served_name
+def open_policy(
+    path: str | Path,
+    *,
+    name: str,
+    module: Any = None,
+    dtype: str | Any = "auto",
+    device: str = "cpu",
+    decode: str = "auto",
+    server: ServerSection | None = None,
+    served_model: str | None = None,
+) -> Policy:
+    """The one place a policy is built: the checkpoint at `path` in-process (`module`: the
+    model itself when it is still in memory), or, when `server.url` is set, that
+    OpenAI-compatible server with `path`'s tokenizer, serving `served_model` (default
+    `server.model`) under the server section's key, timeout and concurrency."""
+    if server is not None and server.url is not None:
         from coevo.policy.server import ServerPolicy
 
-        server = run.config.server
         return ServerPolicy(
-            str(server.url),
-            # The server made to serve this model first.
-            served_name(server, model.path, main=run.processes.main),
-            tokenizer=model.path,
+            server.url,
+            served_model or str(server.model),
+            tokenizer=path,
             name=name,
             api_key=os.environ.get(server.api_key_env) if server.api_key_env else None,
             max_context=server.max_context,
@@ -42,8 +52,30 @@ def policy(run: Run, model: StageModel, name: str) -> Policy:
         )
     from coevo.policy.hf import HFPolicy
 
+    return HFPolicy(path, model=module, dtype=dtype, device=device, name=name, decode=decode)
+
+
+def policy(run: Run, model: StageModel, name: str) -> Policy:
+    """What plays `model` as agent `name`, as `model.backend` says: the checkpoint in-process
+    (the module itself when it is still in memory), or the recipe's generation server, made to
+    serve `model` first (`coevo.run.serving`)."""
+    cfg = run.config.model
+    if cfg.backend == "server":
+        from coevo.run.serving import served_name
+
+        server = run.config.server
+        # The server made to serve this model first.
+        served = served_name(server, model.path, main=run.processes.main)
+        return open_policy(model.path, name=name, server=server, served_model=served)
     device = run.processes.device(cfg.device)  # under accelerate launch: this process's GPU
-    return HFPolicy(model.path, model=model.module, dtype=cfg.dtype, device=device, name=name)
+    return open_policy(
+        model.path,
+        name=name,
+        module=model.module,
+        dtype=cfg.dtype,
+        device=device,
+        decode=cfg.decode,
+    )
 
 
 def explore(
@@ -64,10 +96,8 @@ def explore(
     cfg = run.config.explore
     samples = samples or cfg.samples
     name = stage_name or f"explore-{iteration}-{agent}"
-    sampling = Sampling(
-        temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens
-    )
-    seed = run.config.seed * 1000 + iteration
+    sampling = cfg.sampling.sampling()
+    seed = derive(run.config.seed, "explore", iteration)
 
     def stage(_: Path) -> ExploreRecord:
         done = {(t.task.id, t.sample) for t in run.store.trajectories(stage=name)}
@@ -114,9 +144,10 @@ def explore(
 
 
 def evaluate(run: Run, model: StageModel, iteration: int) -> EvalRecord:
-    """Greedy rollouts of the target on the evaluated splits (stage `eval-<iteration>`)."""
+    """Rollouts of the target on the evaluated splits (stage `eval-<iteration>`), sampled as
+    `eval.sampling` says: greedy unless a recipe says otherwise."""
     cfg = run.config.eval
-    sampling = Sampling(temperature=0.0, max_new_tokens=cfg.max_new_tokens)
+    sampling = cfg.sampling.sampling()
 
     def stage(_: Path) -> EvalRecord:
         target = policy(run, model, "target")

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from coevo.config import build
-from coevo.methods.recipe import RunConfig
-from coevo.methods.rollouts import policy
-from coevo.methods.run import Run, StageModel
-from coevo.pipeline import Pipeline
+from coevo.run.context import Run, StageModel
+from coevo.run.pipeline import Pipeline
+from coevo.run.recipe import RunConfig
+from coevo.stages.play import policy
 
 
 def run_with(tmp_path, **values) -> Run:
     return Run(build(RunConfig, values), Pipeline(tmp_path, {}), None, None)  # type: ignore[arg-type]
+
+
+def test_the_recipe_chooses_the_decoding_loop(tmp_path, nano_model_dir, monkeypatch):
+    monkeypatch.delenv("COEVO_DECODE", raising=False)
+    chosen = policy(run_with(tmp_path / "a"), StageModel(nano_model_dir), "target")
+    assert chosen.decode == "eager"  # auto: eager until the graphs are measured on a GPU
+    run = run_with(tmp_path / "b", model={"decode": "static"})
+    assert policy(run, StageModel(nano_model_dir), "target").decode == "static"
 
 
 def test_the_recipe_chooses_the_backend(tmp_path, nano_model_dir, monkeypatch):
@@ -55,7 +63,7 @@ def test_a_cut_exploration_keeps_the_episodes_that_ended(tmp_path, nano_model_di
     from transformers import AutoTokenizer
 
     from coevo.envs.pool import EnvPool
-    from coevo.methods.rollouts import play_and_store
+    from coevo.stages.play import play_and_store
     from coevo.store import Store
     from tests.test_rollout import FailingPolicy, ScriptedPolicy
     from tests.toy_env import ToyEnv

@@ -10,11 +10,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from coevo.envs.base import EnvError
-from coevo.envs.episode import expert_trajectory
-from coevo.methods import rollouts, training
-from coevo.methods.run import Run, StageModel
-from coevo.pipeline import console
-from coevo.records import ExpertsRecord, ModelRecord, SftRecord
+from coevo.envs.conversation import expert_trajectory
+from coevo.run.console import console
+from coevo.run.context import Run, StageModel
+from coevo.run.records import ExpertsRecord, ModelRecord, SftRecord
+from coevo.seeds import trainer_seed
+from coevo.stages import play, training
 from coevo.trajectory import Trajectory
 
 
@@ -35,7 +36,7 @@ def shared_start(run: Run) -> Start:
     experts = expert_demonstrations(run)
     base = base_model(run)
     target = training.sft(run, "target", base, list(experts.values()), seed=run.config.seed)
-    rollouts.evaluate(run, target, iteration=0)
+    play.evaluate(run, target, iteration=0)
     return Start(experts, base, target)
 
 
@@ -71,12 +72,13 @@ def expert_demonstrations(run: Run) -> dict[str, Trajectory]:
     return {t.task.id: t for t in run.store.trajectories(stage="experts")}
 
 
-def base_model(run: Run, seed: int | None = None) -> StageModel:
+def base_model(run: Run, agent: str | None = None) -> StageModel:
     """The starting checkpoint: the configured path, the named pretrained model (converted on
     first use), or a tiny model made for the env.
 
-    A locally initialised model gets its weights from `seed` (default: the run's seed), so two
-    agents SFT-trained "independently" also start from independent initialisations; the
+    A locally initialised model gets its weights from the run's seed, or for a second `agent`
+    from a seed of its own (stage `model-<agent>`), so two agents SFT-trained "independently"
+    also start from independent initialisations; the
     tokenizer is trained on the same corpus either way, so it is the same. With
     `model.pretrain_epochs`, the stage then warms the model up on the expert episodes.
     """
@@ -87,8 +89,8 @@ def base_model(run: Run, seed: int | None = None) -> StageModel:
         from coevo.policy.models import get_model
 
         return StageModel(get_model(cfg.name, progress=console.print))
-    seed = run.config.seed if seed is None else seed
-    name = "model" if seed == run.config.seed else f"model-seed{seed}"
+    seed = trainer_seed(run.config.seed, *([agent] if agent else []))
+    name = f"model-{agent}" if agent else "model"
 
     def stage(out: Path) -> ModelRecord:
         from coevo.policy.tiny import init_model

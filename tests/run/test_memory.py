@@ -4,7 +4,7 @@ import platform
 
 import pytest
 
-from coevo.heap import release_free_memory
+from coevo.run.memory import release_free_memory
 
 
 def _rss_mb() -> float:

@@ -6,7 +6,7 @@ import logging
 
 import torch
 
-from coevo.quiet import ACCELERATE_SAVE_LOGGER, quiet_libraries
+from coevo.run.console import ACCELERATE_SAVE_LOGGER, quiet_libraries
 
 
 def noise(model_dir, out, capfd, caplog) -> str:

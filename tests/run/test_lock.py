@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from coevo.analysis.compare import compare
 from coevo.cli import app
 from coevo.config import build
-from coevo.lock import FILENAME, lock_run_dir
-from coevo.methods.recipe import RunConfig
 from coevo.methods.runner import execute
-from coevo.pipeline import RunDirError
+from coevo.run.lock import FILENAME, lock_run_dir
+from coevo.run.pipeline import RunDirError
+from coevo.run.recipe import RunConfig
 from coevo.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,13 +31,13 @@ TINY = {
     "model": {"size": "nano", "max_length": 512},
     "method": "sft",
     "sft": {"epochs": 1, "batch_size": 8, "optim": {"lr": 3e-3}, "progress": False},
-    "eval": {"max_new_tokens": 8, "batch_size": 16},
+    "eval": {"sampling": {"max_new_tokens": 8}, "batch_size": 16},
 }
 
 # Another process: take the lock, run `extra` (the half-done work of a run), say so, then wait.
 HOLDER = """
 import sys, time
-from coevo.lock import lock_run_dir
+from coevo.run.lock import lock_run_dir
 lock = lock_run_dir(sys.argv[1])
 {extra}
 print("locked", flush=True)
@@ -79,7 +79,7 @@ def test_a_second_process_is_refused_naming_the_holder_and_kill_9_frees_it(tmp_p
         with lock_run_dir(run_dir) as lock:
             assert lock.run_dir == run_dir
             assert (run_dir / FILENAME).read_text().strip() == str(os.getpid())
-    # Released: the file stays (never deleted, see coevo.lock) but names no one.
+    # Released: the file stays (never deleted, see coevo.run.lock) but names no one.
     assert (run_dir / FILENAME).read_text() == ""
     lock_run_dir(run_dir).release()
 

@@ -5,16 +5,21 @@ Each trains in its own stage folder with the settings and seed its method's loop
 records them in its manifest (`inputs.trained_with`: the trainer config and the seed), writes
 the trained model to `<stage>/model` and hands it on in memory too (`Run.hand_on`), so the
 next stage need not load it again. Trainers resume from their checkpoints after a kill.
+
+A stage that learned nothing says so in words: a DPO stage without pairs, and any training
+stage whose weights did not move from its start (`movement`: a learning rate of 0, updates
+lost to a low-precision dtype, gradients that were all 0).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coevo.methods.run import Run, StageModel
-from coevo.records import DpoRecord, SftRecord
+from coevo.run.context import Run, StageModel
+from coevo.run.records import DpoRecord, SftRecord
 from coevo.train.dpo import DpoConfig
 from coevo.train.loop import TrainResult
 from coevo.train.settings import settings_record
@@ -41,6 +46,7 @@ def sft(
         result = train_sft(starting_point(start), examples, config, **where)
         trained["module"] = result.model
         served_adapter(run, start, out)
+        say_movement(run, stage_name, start.path, result.model)
         return sft_record(len(examples), result)
 
     inputs = {
@@ -79,7 +85,11 @@ def dpo(
         # Nothing to learn from (e.g. every rollout succeeded): the model carries over.
         def skip(_: Path) -> DpoRecord:
             because = f" ({why_none})" if why_none else ""
-            run.pipeline.say(stage_name, f"skipped, no pairs{because}; the model carries over")
+            run.pipeline.warn(
+                stage_name,
+                f"no pairs{because}: nothing to learn from, so the stage is skipped and "
+                "the model carries over untrained",
+            )
             return DpoRecord(0, skipped=True)
 
         run.stage(stage_name, skip, DpoRecord.from_dict, inputs)
@@ -101,6 +111,7 @@ def dpo(
         result = train_dpo(starting_point(start), examples, config, **where)
         trained["module"] = result.model
         served_adapter(run, start, out)
+        say_movement(run, stage_name, start.path, result.model)
         last = next((r for r in reversed(result.history) if "loss" in r), {})
         return DpoRecord(
             pairs=len(pairs),
@@ -113,13 +124,75 @@ def dpo(
     return run.hand_on(run.dir / "stages" / stage_name / "model", trained.get("module"))
 
 
+# Weights that moved by less than this share of their norm did not move: a model trained on
+# purpose moves by orders more (a few DPO steps at lr 1e-6 on SmolLM2-135M: about 1e-4).
+STILL = 1e-6
+
+
+@dataclass(frozen=True)
+class Movement:
+    """How far training moved a model's weights from its start."""
+
+    largest: float
+    """The largest change of one weight, max |after - before|."""
+    relative: float
+    """||after - before|| / ||before|| over every weight compared (L2, all tensors as one)."""
+
+
+def movement(start: Path, model: Any) -> Movement | None:
+    """How far `model` moved from the checkpoint in `start`, read from its safetensors one
+    tensor at a time (the start's weights are never held whole beside the model); None when
+    `start` holds no weights under the model's names (an adapter, another layout)."""
+    import torch
+    from safetensors import safe_open
+
+    state = model.state_dict()
+    largest, moved, norm, compared = 0.0, 0.0, 0.0, 0
+    with torch.no_grad():
+        for file in sorted(Path(start).glob("*.safetensors")):
+            with safe_open(str(file), framework="pt") as weights:
+                for key in sorted(set(weights.keys()) & state.keys()):
+                    after = state[key].detach()
+                    before = weights.get_tensor(key).to(after.device, torch.float32)
+                    if before.shape != after.shape:
+                        continue
+                    # Exact in float32: the difference of two nearby floats loses nothing.
+                    delta = after.float() - before
+                    largest = max(largest, float(delta.abs().max()))
+                    moved += float(delta.square().sum(dtype=torch.float64))
+                    norm += float(before.square().sum(dtype=torch.float64))
+                    compared += 1
+    if not compared or norm == 0:
+        return None
+    return Movement(largest, (moved / norm) ** 0.5)
+
+
+def say_movement(run: Run, stage: str, start: Path, model: Any) -> None:
+    """Say how far a training stage moved the weights from `start`, as a warning when they
+    did not move (below STILL)."""
+    if not run.processes.main:
+        return
+    moved = movement(start, model)
+    if moved is None:
+        return
+    how = f"largest change {moved.largest:.2g}, {moved.relative:.2g} of their norm"
+    if moved.relative < STILL:
+        run.pipeline.warn(
+            stage,
+            f"the weights did not move ({how}): nothing was learned. Check the learning rate, "
+            "the model's dtype and the loss.",
+        )
+    else:
+        run.pipeline.say(stage, f"weights moved: {how}")
+
+
 def served_adapter(run: Run, start: StageModel, out: Path) -> None:
     """With a generation server and LoRA, the adapter that makes the server's base model this
-    stage's model (`coevo.methods.serving`); written by the main process only."""
+    stage's model (`coevo.run.serving`); written by the main process only."""
     if run.config.model.backend != "server" or run.config.server.reload_command:
         return
     if (out / "adapter").is_dir() and run.processes.main:
-        from coevo.methods.serving import stack_adapter
+        from coevo.run.serving import stack_adapter
 
         stack_adapter(start.path, out)
 

@@ -39,12 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
 from rich.markup import escape
 
-from coevo.heap import release_free_memory
-
-console = Console(stderr=True)
+from coevo.config import upgrade
+from coevo.run.console import console
+from coevo.run.memory import release_free_memory
 
 
 class RunDirError(ValueError):
@@ -72,7 +71,8 @@ class Pipeline:
     `name` heads every stage line (default: the run directory). A run made with another
     recipe is refused unless the two differ only in `extends` keys, each grown (an integer at
     least as large), or in keys the saved recipe lacks whose new value is their default in
-    `defaults` (settings added to coevo since the run was made).
+    `defaults` (settings added to coevo since the run was made). A saved recipe's keys that
+    coevo has since moved (`moved`: old dotted key -> new) are read in their new place.
     """
 
     def __init__(
@@ -84,16 +84,21 @@ class Pipeline:
         name: str | None = None,
         extends: tuple[str, ...] = (),
         defaults: dict[str, Any] | None = None,
+        moved: dict[str, str] | None = None,
         scratch: tuple[str, ...] = (),
     ):
         self.run_dir = Path(run_dir)
         self.scratch = scratch
+        self.moved = moved or {}
         self.config = config
         self.hash = config_hash(config)
         self.quiet = quiet
         self.name = name or str(self.run_dir)
         self.rows: Callable[[str], int] | None = None
         """Trajectories the store holds for a stage (`Store.stage_rows`); set by the runner."""
+        self.finished: Callable[[str], None] | None = None
+        """Called with a stage's name once it ran and its manifest is written (not when it is
+        skipped); the runner says there how much time the run has left."""
         self._warned: set[str] = set()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         stamp = self.run_dir / "run.json"
@@ -113,7 +118,9 @@ class Pipeline:
         RunDirError naming the keys that differ when it is not only extended."""
         saved_path = self.run_dir / "config.yaml"
         saved = yaml.safe_load(saved_path.read_text()) if saved_path.is_file() else None
-        if not isinstance(saved, dict):
+        if isinstance(saved, dict):
+            saved = upgrade(saved, self.moved)
+        else:
             raise RunDirError(
                 f"{str(self.run_dir)!r} holds a run with another config (hash {recorded}, "
                 f"now {self.hash}): resume it with the same config and overrides, or start a "
@@ -164,13 +171,16 @@ class Pipeline:
             return None
         return record
 
+    def warn(self, stage: str, message: str) -> None:
+        """A warning about `stage` of this run, in yellow; shown even when quiet, since it says
+        something went wrong or nothing was learned."""
+        line = f"{self.name}: stage {stage}: {message}"
+        console.print(f"[yellow]{escape(line)}[/]", soft_wrap=True)
+
     def _warn(self, name: str, message: str) -> None:
         if name not in self._warned:  # manifest() is read more than once per stage
             self._warned.add(name)
-            console.print(
-                f"[yellow]{escape(self.name)}: stage {escape(name)}: {escape(message)}[/]",
-                soft_wrap=True,
-            )
+            self.warn(name, message)
 
     def done(self, name: str) -> bool:
         return self.manifest(name) is not None
@@ -209,6 +219,8 @@ class Pipeline:
         (self.stage_dir(name) / ATTEMPTS).unlink(missing_ok=True)  # the manifest has the sum
         self._clear_scratch(name)
         release_free_memory()  # the next stage, and any run beside this one, gets this one's peak
+        if self.finished is not None:
+            self.finished(name)
         return outputs
 
     def _clear_scratch(self, name: str) -> None:
@@ -324,8 +336,15 @@ def _rank(key: str) -> int:
 # the same, up to float rounding: tests/train/test_sft.py, test_dpo.py), so a started run may
 # resume with them changed: e.g. activation checkpointing turned on for a run that ran out of
 # memory, DPO's shared prefixes turned off for a model whose attention cannot take them, or
-# more CPU threads for a run left alone on the machine (threads split the same sums).
-FREE_KEYS = ("compute.gradient_checkpointing", "dpo.shared_prefix", "model.cpu_threads")
+# more CPU threads for a run left alone on the machine (threads split the same sums), or
+# another decoding loop (greedy and seeded sampled replies equal the eager loop's:
+# tests/policy/test_static_decode.py), e.g. eager for a GPU whose graphs fail.
+FREE_KEYS = (
+    "compute.gradient_checkpointing",
+    "dpo.shared_prefix",
+    "model.cpu_threads",
+    "model.decode",
+)
 
 
 def _free(key: str) -> bool:

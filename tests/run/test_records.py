@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from coevo.records import (
+from coevo.run.records import (
     DpoRecord,
     EpisodeStats,
     EvalRecord,

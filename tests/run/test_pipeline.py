@@ -6,7 +6,7 @@ import time
 import pytest
 import yaml
 
-from coevo.pipeline import Pipeline, RunDirError
+from coevo.run.pipeline import Pipeline, RunDirError
 
 
 def test_finished_stages_are_skipped(tmp_path):
@@ -26,6 +26,18 @@ def test_finished_stages_are_skipped(tmp_path):
     # A new Pipeline object on the same directory (a rerun) skips it too.
     assert Pipeline(tmp_path, {"a": 1}, quiet=True).stage("sft", stage) == {"n": 1}
     assert calls == ["sft"]
+
+
+def test_the_finished_hook_hears_of_stages_that_ran_not_of_those_skipped(tmp_path, capsys):
+    heard = []
+    p = Pipeline(tmp_path, {}, quiet=True)
+    p.finished = heard.append
+    p.stage("sft", lambda out: {"n": 1})
+    p.stage("sft", lambda out: {"n": 1})  # done before: skipped
+    assert heard == ["sft"]
+    # A warning shows even on a quiet pipeline: it says that something went wrong.
+    p.warn("dpo-1-target", "no pairs")
+    assert f"{tmp_path}: stage dpo-1-target: no pairs" in capsys.readouterr().err
 
 
 def test_a_stage_that_died_runs_again(tmp_path):
@@ -193,6 +205,17 @@ def test_a_setting_added_since_the_run_is_no_change_at_its_default(tmp_path):
         saved_pipeline(tmp_path, other, defaults=defaults)
 
 
+def test_a_run_saved_before_keys_moved_resumes_with_them_in_their_new_place(tmp_path):
+    old = {"iterations": 1, "explore": {"samples": 1, "temperature": 0.8}}
+    saved_pipeline(tmp_path, old).stage("explore-1", lambda out: {"n": 1})
+    moved = {"explore.temperature": "explore.sampling.temperature"}
+    now = {"iterations": 1, "explore": {"samples": 1, "sampling": {"temperature": 0.8}}}
+    assert Pipeline(tmp_path, now, quiet=True, moved=moved).done("explore-1")
+    hotter = {"iterations": 1, "explore": {"samples": 1, "sampling": {"temperature": 0.9}}}
+    with pytest.raises(RunDirError, match=r"explore.sampling.temperature \(0.8 -> 0.9\)"):
+        Pipeline(tmp_path, hotter, quiet=True, moved=moved)
+
+
 def test_a_finished_stage_drops_its_scratch_and_keeps_its_outputs(tmp_path):
     def trains(out):
         (out / "checkpoints" / "step-2").mkdir(parents=True, exist_ok=True)
@@ -221,7 +244,7 @@ def test_a_finished_stage_drops_its_scratch_and_keeps_its_outputs(tmp_path):
 
 
 def test_a_stage_counts_the_time_of_every_attempt(tmp_path, monkeypatch):
-    from coevo.pipeline import Attempts
+    from coevo.run.pipeline import Attempts
 
     monkeypatch.setattr(Attempts, "every", 0.02)
     p = Pipeline(tmp_path, {}, quiet=True)

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from coevo.pipeline import RunDirError
+from coevo.run.pipeline import RunDirError
 
 FILENAME = ".lock"
 

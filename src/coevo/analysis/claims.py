@@ -1,0 +1,335 @@
+"""A verdict on each of the paper's claims from the runs at hand: shown, not shown, or cannot be
+tested here, with the smallest difference the runs could have detected.
+
+The claims, and what each asks of the runs (`paired` differences on the same tasks and seeds):
+- failure-agent > ETO > SFT: per env and test split, failure_agent - eto and eto - sft both a
+  gain (`stats.verdict`: the sign-flip test over tasks and the t interval over seeds agree).
+- larger gain on unseen tasks: failure_agent - sft larger on test_unseen than on test_seen.
+  The two splits hold different tasks, so the task-level test is `stats.split_test` (labels
+  shuffled within each seed); the seed-level one a t interval over the per-seed gaps.
+- Table 2's hard-negative shift: after a DPO (iteration 2 on), the failure agent's
+  explorations hold a larger share of hard negatives than ETO's agent's. The runs keep shares,
+  not episodes: only the seed-level interval over the per-seed gaps tests it.
+- agent_data >= grpo + 5: agent_data - grpo a gain, of at least 5 points.
+
+Verdicts: shown when the test says gain; cannot be tested here when the runs are missing, or
+the task level agrees but too few seeds allow no seed-level test; else not shown.
+
+Detectable: `stats.detectable` at the runs' tasks per seed and seeds, task_sd the claim's
+paired differences' spread within seeds, seed_sd the null cells' spread of per-seed SFT means
+on that split (`null`); with normal quantiles (the issue's power figures), and with t at
+df = seeds - 1 (the verdict's own seed-level test; 3+ seeds). An unknown seed spread (one SFT
+seed) counts as 0, which makes the figure a lower bound.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from coevo.analysis import stats
+from coevo.analysis.paired import label, paired_diffs, tested
+from coevo.analysis.runs import RunSummary
+
+SHOWN, NOT_SHOWN, UNTESTABLE = "shown", "not shown", "cannot be tested here"
+TEST_SPLITS = ("test_seen", "test_unseen")
+MARGIN = 0.05
+"""agent_data's claimed lead over GRPO (5 points)."""
+HARD_NEGATIVE = "hard_negative"
+
+
+def claims(runs: list[RunSummary], null: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per claim and env (and test split, where the claim is per split): {"claim",
+    "where", "evidence", "verdict", "why", "detectable" (normal), "detectable_t" (None under 3
+    seeds)}, from `runs` and their `null.null_cells` table."""
+    _, diffs, _ = paired_diffs(runs)
+    envs = list(dict.fromkeys(r.env for r in runs))
+    spread = null["spread"]
+    rows: list[dict[str, Any]] = []
+    for env in envs:
+        for split in TEST_SPLITS:
+            rows.append(order_claim(diffs, spread, f"{env} {split}"))
+    for env in envs:
+        rows.append(unseen_claim(diffs, spread, env))
+    for env in envs:
+        rows.append(table2_claim([r for r in runs if r.env == env], env))
+    for env in envs:
+        for split in TEST_SPLITS:
+            rows.append(margin_claim(diffs, spread, f"{env} {split}"))
+    return rows
+
+
+def seed_sd(spread: dict[str, Any], *columns: str) -> float | None:
+    """The null cells' sd of per-seed SFT means on `columns` (the root of the sum of their
+    variances: independent splits' spreads add), or None where a column's is unknown."""
+    sds = [spread.get(column, {}).get("sd") for column in columns]
+    return None if None in sds else math.hypot(*sds)
+
+
+def power(task_sd: float, seed_spread: float | None, tasks: float, seeds: int) -> dict[str, Any]:
+    """ "detectable" (normal quantiles) and "detectable_t" (t at df = seeds - 1; None under
+    MIN_SEEDS seeds) at `tasks` per seed and `seeds`; an unknown seed spread counts as 0,
+    which makes them lower bounds ("lower_bound")."""
+    spread = seed_spread or 0.0
+    return {
+        "detectable": stats.detectable(task_sd, spread, tasks, seeds),
+        "detectable_t": stats.detectable(task_sd, spread, tasks, seeds, df=seeds - 1)
+        if seeds >= stats.MIN_SEEDS
+        else None,
+        "lower_bound": seed_spread is None,
+    }
+
+
+def grid(seeds: Sequence[torch.Tensor]) -> tuple[float, int]:
+    """(tasks per seed, seeds) of one comparison's differences (one tensor per seed)."""
+    return statistics.fmean(len(s) for s in seeds), len(seeds)
+
+
+def decide(verdict: str, p: float, seeds: int) -> tuple[str, str]:
+    """A claim's verdict and why, from the `stats.verdict` of its test, its task-level p and
+    its number of seeds."""
+    few = "" if seeds >= stats.MIN_SEEDS else f"; {few_seeds(seeds)}"
+    if verdict == stats.GAIN:
+        return SHOWN, "a gain at both levels"
+    if verdict == stats.TASKS_UP:
+        return UNTESTABLE, f"up at task level (p {p:.3f}){few}"
+    if verdict in (stats.LOSS, stats.TASKS_DOWN):
+        return NOT_SHOWN, f"the other way: {verdict}"
+    if p >= stats.ALPHA:
+        return NOT_SHOWN, f"task level p {p:.3f}{few}"
+    return NOT_SHOWN, "the seed-level interval reaches 0"
+
+
+def few_seeds(seeds: int) -> str:
+    return f"{seeds} seed{'s' * (seeds != 1)}, no seed-level test ({stats.MIN_SEEDS} needed)"
+
+
+def summary(name: str, d: dict[str, Any]) -> str:
+    """`failure_agent - eto +2.7 (8 / 6 / 86, p 0.328, 2 seeds: not shown)`."""
+    p = "< 0.001" if d["p"] < 0.001 else f"{d['p']:.3f}"
+    return (
+        f"{name} {d['mean'] * 100:+.1f} ({d['up']} / {d['down']} / {d['same']}, p {p}, "
+        f"{d['seeds']} seed{'s' * (d['seeds'] != 1)}: {d['verdict']})"
+    )
+
+
+def missing(claim: str, where: str, why: str) -> dict[str, Any]:
+    return {
+        "claim": claim,
+        "where": where,
+        "evidence": "-",
+        "verdict": UNTESTABLE,
+        "why": why,
+        "detectable": None,
+        "detectable_t": None,
+        "lower_bound": False,
+    }
+
+
+def order_claim(diffs: dict[str, Any], spread: dict[str, Any], column: str) -> dict[str, Any]:
+    claim = "failure-agent > ETO > SFT"
+    names = [label("failure_agent", "eto"), label("eto", "sft")]
+    found = [diffs.get(name, {}).get(column) for name in names]
+    if any(f is None for f in found):
+        return missing(claim, column, "no archived pair of failure_agent, eto and sft runs")
+    results = [tested(seeds) for seeds in found]
+    verdicts = [decide(r["verdict"], r["p"], r["seeds"]) for r in results]
+    if all(v == SHOWN for v, _ in verdicts):
+        verdict, why = SHOWN, "both contrasts gains at both levels"
+    else:
+        # Not shown as soon as one contrast is not; else one at least lacks seeds.
+        verdict = NOT_SHOWN if any(v == NOT_SHOWN for v, _ in verdicts) else UNTESTABLE
+        why = "; ".join(
+            f"{n}: {w.split('; ')[0]}"
+            for n, (v, w) in zip(names, verdicts, strict=True)
+            if v == verdict
+        )
+        seeds = min(r["seeds"] for r in results)
+        if seeds < stats.MIN_SEEDS:
+            why += f"; {few_seeds(seeds)}"
+    powers = [power(stats.pooled_sd(s), seed_sd(spread, column), *grid(s)) for s in found]
+    worst_t = [p["detectable_t"] for p in powers]
+    return {
+        "claim": claim,
+        "where": column,
+        "evidence": "; ".join(summary(n, r) for n, r in zip(names, results, strict=True)),
+        "verdict": verdict,
+        "why": why,
+        # The claim needs both contrasts: the grid detects it only where it detects both.
+        "detectable": max(p["detectable"] for p in powers),
+        "detectable_t": None if None in worst_t else max(worst_t),
+        "lower_bound": powers[0]["lower_bound"],
+    }
+
+
+def unseen_claim(diffs: dict[str, Any], spread: dict[str, Any], env: str) -> dict[str, Any]:
+    claim = "larger gain on unseen tasks (failure_agent - sft)"
+    gains = diffs.get(label("failure_agent", "sft"), {})
+    seen, unseen = gains.get(f"{env} test_seen"), gains.get(f"{env} test_unseen")
+    if seen is None or unseen is None or len(seen) != len(unseen):
+        return missing(claim, env, "no archived failure_agent and sft runs on both test splits")
+    gaps = [float(u.mean() - s.mean()) for u, s in zip(unseen, seen, strict=True)]
+    gap = statistics.fmean(gaps)
+    p = stats.split_test(unseen, seen)
+    interval = stats.seed_interval(gaps)
+    verdict, why = decide(stats.verdict(gap, p, interval), p, len(gaps))
+    shown_p = "< 0.001 (MC)" if p < 0.001 else f"{p:.3f} (MC)"
+    seeds_cell = (
+        "no seed-level interval"
+        if interval is None
+        else f"seeds [{interval[0] * 100:+.1f}, {interval[1] * 100:+.1f}]"
+    )
+    evidence = (
+        f"unseen gain {statistics.fmean(float(u.mean()) for u in unseen) * 100:+.1f} minus seen "
+        f"gain {statistics.fmean(float(s.mean()) for s in seen) * 100:+.1f} = {gap * 100:+.1f} "
+        f"(tasks shuffled between the splits within seeds: p {shown_p}; {seeds_cell}; "
+        f"{len(gaps)} seed{'s' * (len(gaps) != 1)})"
+    )
+    # A gap of two independent task sets: their variances add, tasks and seeds alike.
+    task_sd = math.hypot(stats.pooled_sd(unseen), stats.pooled_sd(seen))
+    seed_spread = seed_sd(spread, f"{env} test_unseen", f"{env} test_seen")
+    return {
+        "claim": claim,
+        "where": env,
+        "evidence": evidence,
+        "verdict": verdict,
+        "why": why,
+        **power(task_sd, seed_spread, *grid(unseen)),
+    }
+
+
+def table2_claim(runs: list[RunSummary], env: str) -> dict[str, Any]:
+    claim = "Table 2: more hard negatives in the failure agent's explorations (after DPO)"
+    # seed -> iteration -> (share, episodes) of each side
+    failure = _shares(runs, "failure_agent", "failure")
+    eto = _shares(runs, "eto", "target")
+    first = sorted(
+        (seed, its[1], eto[seed][1])
+        for seed, its in failure.items()
+        if 1 in its and 1 in eto.get(seed, {})
+    )
+    context = "; ".join(
+        f"s{seed} iteration 1 (before any DPO): failure agent {f[0] * 100:.1f}%, ETO's agent "
+        f"{e[0] * 100:.1f}%"
+        for seed, f, e in first
+    )
+    after = []
+    for seed, its in sorted(failure.items()):
+        common = [i for i in its if i >= 2 and i in eto.get(seed, {})]
+        if common:
+            i = max(common)
+            after.append((seed, i, its[i][0] - eto[seed][i][0]))
+    row = missing(claim, env, "no archived exploration after a DPO (iteration 2 on) of both")
+    row["evidence"] = context or "-"
+    share = statistics.fmean(x[0] for _, f, e in first for x in (f, e)) if first else 0.0
+    if 0 < share < 1:  # a share of 0 (or 1) has no spread to size a test by
+        # Per pair of episodes, a difference of two independent hard-negative indicators.
+        episodes = statistics.fmean(x[1] for _, f, e in first for x in (f, e))
+        eto_shares = [e[0] for _, _, e in first]
+        spread = statistics.stdev(eto_shares) if len(eto_shares) > 1 else None
+        seeds = max(len(after), len(first))
+        row.update(power(math.sqrt(2 * share * (1 - share)), spread, episodes, seeds))
+    if not after:
+        return row
+    gaps = [g for _, _, g in after]
+    interval = stats.seed_interval(gaps)
+    mean = statistics.fmean(gaps)
+    row["evidence"] = (
+        "failure agent minus ETO's agent: "
+        + ", ".join(f"s{seed} iteration {i} {g * 100:+.1f}" for seed, i, g in after)
+        + (
+            ""
+            if interval is None
+            else f"; seeds [{interval[0] * 100:+.1f}, {interval[1] * 100:+.1f}]"
+        )
+    )
+    if interval is None:
+        row["verdict"], row["why"] = UNTESTABLE, few_seeds(len(gaps))
+    elif interval[0] > 0 and mean > 0:
+        row["verdict"], row["why"] = SHOWN, "seed-level interval above 0 (no task-level test)"
+    else:
+        row["verdict"], row["why"] = NOT_SHOWN, "seed-level interval reaches 0"
+    return row
+
+
+def _shares(
+    runs: list[RunSummary], method: str, agent: str
+) -> dict[int, dict[int, tuple[float, int]]]:
+    """seed -> iteration -> (hard-negative share, episodes) of `agent` in `method`'s runs."""
+    found: dict[int, dict[int, tuple[float, int]]] = {}
+    for run in runs:
+        if run.method != method or run.seed is None:
+            continue
+        for e in run.explorations:
+            if e.agent == agent:
+                found.setdefault(int(run.seed), {})[e.iteration] = (
+                    e.shares.get(HARD_NEGATIVE, 0.0),
+                    e.episodes,
+                )
+    return found
+
+
+def margin_claim(diffs: dict[str, Any], spread: dict[str, Any], column: str) -> dict[str, Any]:
+    claim = f"agent_data >= grpo + {MARGIN * 100:.0f}"
+    found = diffs.get(label("agent_data", "grpo"), {}).get(column)
+    if found is None:
+        row = missing(claim, column, "no archived agent_data and grpo runs")
+        s = spread.get(column)
+        if s and s["floor"] is not None:
+            # What the SFT grid's tasks and seeds would detect, from the null cells' spreads.
+            row.update(power(s["task_sd"], s["sd"], s["tasks"], len(s["seeds"])))
+            row["why"] += " (detectable: at the SFT grid's tasks and seeds)"
+        return row
+    result = tested(found)
+    verdict, why = decide(result["verdict"], result["p"], result["seeds"])
+    if verdict == SHOWN and result["mean"] < MARGIN:
+        verdict, why = NOT_SHOWN, f"a gain, of less than {MARGIN * 100:.0f} points"
+    return {
+        "claim": claim,
+        "where": column,
+        "evidence": summary(label("agent_data", "grpo"), result),
+        "verdict": verdict,
+        "why": why,
+        **power(stats.pooled_sd(found), seed_sd(spread, column), *grid(found)),
+    }
+
+
+def claims_markdown(rows: list[dict[str, Any]]) -> str:
+    """The verdicts as a Markdown table with its note."""
+
+    def points(value: float | None, lower: bool) -> str:
+        return "-" if value is None else f"{'>= ' * lower}{value * 100:.1f}"
+
+    lines = [
+        "### Verdict per paper claim (from the runs tabulated here; x100)",
+        "",
+        "| claim | where | evidence (difference, tasks up / down / same, p, seeds) | verdict | "
+        "why | detectable (normal) | detectable (t, df = seeds - 1) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['claim']} | {r['where']} | {r['evidence']} | **{r['verdict']}** | {r['why']} "
+            f"| {points(r['detectable'], r['lower_bound'])} "
+            f"| {points(r['detectable_t'], r['lower_bound'])} |"
+        )
+    lines += [
+        "",
+        "Verdicts: shown when the claim's test says gain at both levels (the paired table's "
+        "note); cannot be tested here when the runs are not archived, or the task level agrees "
+        f"but fewer than {stats.MIN_SEEDS} seeds allow no seed-level test; else not shown. "
+        "Detectable: the smallest true difference these tasks and seeds would detect with "
+        "80% power at 5% (two-sided), (q_0.975 + q_0.80) * sqrt(task_sd^2 / (tasks * seeds) + "
+        "seed_sd^2 / seeds): task_sd the spread of the claim's paired differences within a "
+        "seed, seed_sd the null cells' spread of per-seed SFT means (taken as 0 where one SFT "
+        "seed leaves it unknown, which makes the figure a lower bound, marked >=); q normal (1.960 + 0.842) or Student's t at df = "
+        "seeds - 1, the verdict's own seed-level test. For the larger unseen gain the two "
+        "splits' variances add; for Table 2 task_sd is that of a difference of two "
+        "hard-negative indicators, sqrt(2 p (1 - p)), tasks the episodes per exploration and "
+        "seed_sd the spread of ETO's first-exploration shares.",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+import pytest
+
+from coevo.analysis.claims import NOT_SHOWN, SHOWN, UNTESTABLE, claims, claims_markdown
+from coevo.analysis.null import null_cells
+from tests.analysis.test_null import archived_run
+
+# Eight tasks per split and seed. SFT scores 0 everywhere; ETO 0.5 on t0-t2; failure-agent 1 on
+# t0-t2 and on 1, 0 and 2 more tasks of seeds 1, 2, 3 on test_seen, as ETO on test_unseen.
+ETO = [0.5] * 3 + [0] * 5
+FAILURE_SEEN = {1: [1] * 4 + [0] * 4, 2: [1] * 3 + [0] * 5, 3: [1] * 5 + [0] * 3}
+
+
+def grid(tmp_path, seeds=(1, 2, 3), table2=True):
+    runs = []
+    for seed in seeds:
+        runs.append(
+            archived_run(
+                tmp_path, "sft", seed, {"test_seen": [0] * 8, "test_unseen": [0] * 8}, iteration=0
+            )
+        )
+        # Table 2: both agents 25% hard negatives in the first exploration; after a DPO the
+        # failure agent 40, 50, 45% and ETO's 20, 25, 20%.
+        after = {1: (0.4, 0.2), 2: (0.5, 0.25), 3: (0.45, 0.2)}[seed]
+        runs.append(
+            archived_run(
+                tmp_path,
+                "eto",
+                seed,
+                {"test_seen": ETO, "test_unseen": ETO},
+                explorations=[(1, "target", 0.25, 64)] + [(2, "target", after[1], 64)] * table2,
+            )
+        )
+        runs.append(
+            archived_run(
+                tmp_path,
+                "failure_agent",
+                seed,
+                {"test_seen": FAILURE_SEEN[seed], "test_unseen": ETO},
+                explorations=[(1, "failure", 0.25, 64)] + [(2, "failure", after[0], 64)] * table2,
+            )
+        )
+    return runs
+
+
+def by_claim(rows, claim, where):
+    return next(r for r in rows if r["claim"].startswith(claim) and r["where"] == where)
+
+
+def test_the_order_is_shown_where_both_contrasts_are_gains(tmp_path):
+    runs = grid(tmp_path)
+    rows = claims(runs, null_cells(runs))
+    seen = by_claim(rows, "failure-agent > ETO > SFT", "shop test_seen")
+    # ETO - SFT: 9 tasks up, none down (p 2/512), every seed +0.1875: a gain. Failure-agent -
+    # ETO: 12 up (p 2/4096), seed means 0.3125, 0.1875, 0.3125: t interval [0.09, 0.45].
+    assert seen["verdict"] == SHOWN
+    # Detectable, the larger of the two contrasts' (SFT seeds all equal: no seed spread).
+    # failure_agent - eto: squares about the seed means 0.96875 + 0.46875 + 1.21875 over
+    # 3 x 7 df, sd 0.355651; 2.8016 * 0.355651 / sqrt(8 * 3) = 0.203387; with t at df 2,
+    # 5.3634 * 0.072597 = 0.389364. (ETO - SFT: sd 0.258775, 0.147986.)
+    assert seen["detectable"] == pytest.approx(0.203387, abs=1e-5)
+    assert seen["detectable_t"] == pytest.approx(0.389364, abs=1e-5)
+    assert not seen["lower_bound"]
+    unseen = by_claim(rows, "failure-agent > ETO > SFT", "shop test_unseen")
+    assert unseen["verdict"] == NOT_SHOWN
+    assert unseen["why"] == "failure_agent - eto: task level p 1.000"
+
+
+def test_the_unseen_gain_is_tested_across_the_two_task_sets(tmp_path):
+    runs = grid(tmp_path)
+    row = by_claim(claims(runs, null_cells(runs)), "larger gain on unseen", "shop")
+    # Gains: unseen 0.1875 at every seed; seen 0.5, 0.375, 0.625 (mean 0.5). The gap is the
+    # other way.
+    assert row["evidence"].startswith("unseen gain +18.8 minus seen gain +50.0 = -31.2")
+    assert row["verdict"] == NOT_SHOWN
+
+
+def test_two_seeds_cannot_show_a_claim(tmp_path):
+    runs = grid(tmp_path, seeds=(1, 2))
+    rows = claims(runs, null_cells(runs))
+    seen = by_claim(rows, "failure-agent > ETO > SFT", "shop test_seen")
+    # Both contrasts pass at task level (ETO: 6 up, p 2/64; failure-agent - ETO: 7 up).
+    assert seen["verdict"] == UNTESTABLE
+    assert "2 seeds, no seed-level test (3 needed)" in seen["why"]
+    assert seen["detectable_t"] is None
+    table2 = by_claim(rows, "Table 2", "shop")
+    assert table2["verdict"] == UNTESTABLE
+
+
+def test_table_2_after_a_dpo(tmp_path):
+    runs = grid(tmp_path)
+    row = by_claim(claims(runs, null_cells(runs)), "Table 2", "shop")
+    # Gaps 0.2, 0.25, 0.25: mean 0.23333, sd 0.028868, t interval [0.1616, 0.3050].
+    assert row["verdict"] == SHOWN
+    assert row["evidence"].endswith("; seeds [+16.2, +30.5]")
+    # First explorations: p = 0.25, 64 episodes per agent, no spread over seeds: sd of a
+    # difference of two indicators sqrt(2 * 0.25 * 0.75) = 0.612372, over sqrt(64 * 3):
+    # 0.044194; times 2.8016 = 0.123814, times 5.3634 (t, df 2) = 0.237029.
+    assert row["detectable"] == pytest.approx(0.123814, abs=1e-5)
+    assert row["detectable_t"] == pytest.approx(0.237029, abs=1e-5)
+    before = by_claim(claims(grid(tmp_path / "b", table2=False), {"spread": {}}), "Table 2", "shop")
+    assert before["verdict"] == UNTESTABLE and "iteration 2 on" in before["why"]
+
+
+def test_agent_data_must_lead_grpo_by_five_points(tmp_path):
+    runs = []
+    for seed in (1, 2, 3):
+        runs.append(
+            archived_run(
+                tmp_path, "grpo", seed, {"test_seen": [0] * 8, "test_unseen": [0] * 8}, env="sql"
+            )
+        )
+        runs.append(
+            archived_run(
+                tmp_path,
+                "agent_data",
+                seed,
+                {"test_seen": [0.05] * 3 + [0] * 5, "test_unseen": ETO},
+                env="sql",
+            )
+        )
+    rows = claims(runs, null_cells(runs))
+    seen = by_claim(rows, "agent_data >= grpo + 5", "sql test_seen")
+    # 9 tasks up by 0.05, every seed +0.01875: a gain, of 1.9 points.
+    assert (seen["verdict"], seen["why"]) == (NOT_SHOWN, "a gain, of less than 5 points")
+    unseen = by_claim(rows, "agent_data >= grpo + 5", "sql test_unseen")
+    assert unseen["verdict"] == SHOWN
+    # No SFT run: no seed spread, so the detectable difference is a lower bound.
+    assert unseen["lower_bound"]
+    md = claims_markdown(rows)
+    assert "| agent_data >= grpo + 5 | sql test_unseen |" in md and "| **shown** |" in md
+    assert "| >= " in md
+    missing = by_claim(rows, "failure-agent > ETO > SFT", "sql test_seen")
+    assert missing["verdict"] == UNTESTABLE and missing["detectable"] is None

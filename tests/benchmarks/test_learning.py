@@ -1,0 +1,76 @@
+"""benchmarks/learning.py's budget-matched ETO: the failure-agent target's DPO steps, read from
+its run or archive."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def learning(monkeypatch, tmp_path):
+    """The script as a module, its archive folder moved to tmp_path/archive."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    module = importlib.import_module("learning")
+    monkeypatch.setattr(module, "ARCHIVE", tmp_path / "archive")
+    return module
+
+
+def failure_agent_run(root: Path, steps: dict[str, int]) -> Path:
+    """A failure_agent run folder whose DPO stages (name -> steps) have finished."""
+    (root / "config.yaml").parent.mkdir(parents=True, exist_ok=True)
+    (root / "config.yaml").write_text("method: failure_agent\n")
+    for stage, n in steps.items():
+        (root / "stages" / stage).mkdir(parents=True)
+        outputs = {"kind": "dpo", "steps": n, "pairs": 8 * n}
+        (root / "stages" / stage / "manifest.json").write_text(json.dumps({"outputs": outputs}))
+    return root
+
+
+def test_matched_steps_are_the_target_s_dpo_steps(learning, tmp_path):
+    # The failure agent's own DPO does not count; the target's 15 steps do.
+    one = failure_agent_run(tmp_path / "a", {"dpo-1-failure": 40, "dpo-1-target": 15})
+    assert learning.matched_steps(one) == 15
+    # Two iterations of 15 and 16 steps: each of ETO's stages gets ceil(31 / 2) = 16.
+    two = failure_agent_run(tmp_path / "b", {"dpo-1-target": 15, "dpo-2-target": 16})
+    assert learning.matched_steps(two) == 16
+    # A DPO skipped for want of pairs (0 steps) is not a budget.
+    skipped = failure_agent_run(tmp_path / "c", {"dpo-1-target": 0})
+    with pytest.raises(SystemExit, match="run that seed's failure_agent first"):
+        learning.matched_steps(skipped)
+    with pytest.raises(SystemExit, match="no run"):
+        learning.matched_steps(None)
+
+
+def test_an_eto_matched_run_is_eto_with_those_steps(learning, tmp_path):
+    failure_agent_run(tmp_path / "archive" / "shop" / "failure_agent-s1", {"dpo-1-target": 15})
+    args = Namespace(sizes="machine", overrides=[], out=tmp_path / "runs")
+    config = learning.recipe(args, "shop", "eto_matched", 1)
+    assert (config.method, config.name, config.seed) == ("eto", "eto_matched", 1)
+    assert config.dpo.steps == 15
+    assert config.dpo.epochs == 1  # the machine sizes still apply; steps take their place
+    assert learning.recipe(args, "shop", "eto", 1).dpo.steps is None
+
+
+def test_a_report_defaults_to_every_archived_run(learning, tmp_path):
+    for name in ("shop/sft-s1", "shop/eto_matched-s3", "shop/failure_agent-s3", "sql/rft-s2"):
+        (tmp_path / "archive" / name).mkdir(parents=True)
+    args = Namespace(envs=None, methods=None, seeds=None, report_only=True)
+    learning.defaults(args)
+    assert args.envs == ["shop", "sql"]
+    assert args.seeds == [1, 2, 3]
+    # SFT first, eto_matched after failure_agent, whose steps it reads.
+    assert args.methods == ["sft", "rft", "failure_agent", "eto_matched"]
+    # A grid to run: its own defaults, whatever the archive holds.
+    grid = Namespace(
+        envs=None, methods=["eto_matched", "failure_agent"], seeds=None, report_only=False
+    )
+    learning.defaults(grid)
+    assert (grid.envs, grid.seeds) == (["shop", "sql"], [0, 1, 2])
+    assert grid.methods == ["sft", "failure_agent", "eto_matched"]
