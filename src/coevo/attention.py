@@ -25,6 +25,7 @@ after another in one row, no padding, each attending to itself only.
 
 from __future__ import annotations
 
+import functools
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple
 
@@ -159,9 +160,9 @@ def packed_rows_sdpa(
     """Causal attention within each packed sequence, never across: what a padded batch of
     these sequences computes, without the pads.
 
-    On CUDA in half precision (or under half autocast) one varlen flash call covers the row
-    (torch's `varlen_attn`); elsewhere one causal SDPA call per sequence (the fused kernel, no
-    mask). The mask is not read: callers pass `fork_mask`, so that the model builds no
+    On a CUDA GPU with flash attention (Ampere or newer), in half precision or under half
+    autocast, one varlen flash call covers the row (torch's `varlen_attn`); elsewhere one
+    causal SDPA call per sequence (the fused kernel, no mask). The mask is not read: callers pass `fork_mask`, so that the model builds no
     (tokens, tokens) one.
     """
     if sum(packed.lengths) != query.shape[2]:
@@ -173,7 +174,7 @@ def packed_rows_sdpa(
         # Under autocast with float32 weights the rotary embedding leaves queries and keys in
         # float32; SDPA would run in the autocast dtype, and so does this.
         half = torch.get_autocast_dtype("cuda")
-    if query.is_cuda and half is not None and not dropout:
+    if half is not None and not dropout and _varlen_kernel(query):
         from torch.nn.attention.varlen import varlen_attn
 
         q, k, v = (x[0].transpose(0, 1).to(half).contiguous() for x in (query, key, value))
@@ -204,6 +205,20 @@ def packed_rows_sdpa(
         parts.append(out)  # (1, n, heads, head_dim)
         start += n
     return torch.cat(parts, dim=1), None
+
+
+def _varlen_kernel(query: torch.Tensor) -> bool:
+    """Whether torch's varlen flash kernel takes these queries: CUDA, an Ampere or newer GPU,
+    a head size it was built for."""
+    if not query.is_cuda:
+        return False
+    dim = query.shape[-1]
+    return _flash_gpu(query.device.index or 0) and dim % 8 == 0 and dim <= 256
+
+
+@functools.cache
+def _flash_gpu(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (8, 0)
 
 
 def fork_mask(device: torch.device) -> torch.Tensor:

@@ -14,7 +14,7 @@ from coevo.run.context import Run
 from coevo.run.recipe import RunConfig
 from coevo.seeds import trainer_seed
 from coevo.stages import play, training
-from coevo.stages.start import shared_start
+from coevo.stages.shared import shared_start
 from coevo.train.dpo import DpoConfig
 
 

@@ -21,7 +21,7 @@ from coevo.pairs import eto_pairs, failure_pairs, target_pairs, why_no_pairs
 from coevo.run.context import Run
 from coevo.seeds import trainer_seed
 from coevo.stages import play, training
-from coevo.stages.start import base_model, shared_start
+from coevo.stages.shared import base_model, shared_start
 from coevo.trajectory import Pair, Trajectory
 
 # The second agent's pairs of an iteration, from the experts, the target's rollouts, its own

@@ -25,7 +25,7 @@ from coevo.run.recipe import GrpoSection
 from coevo.run.records import GrpoRecord
 from coevo.stages import play
 from coevo.stages.play import open_policy
-from coevo.stages.start import shared_start
+from coevo.stages.shared import shared_start
 from coevo.stages.training import say_movement, starting_point
 from coevo.train.groups import Player
 from coevo.train.grpo import copy_for_saving

@@ -16,7 +16,7 @@ from collections import defaultdict
 from coevo.pairs import by_task
 from coevo.run.context import Run, StageModel
 from coevo.stages import play, training
-from coevo.stages.start import shared_start
+from coevo.stages.shared import shared_start
 from coevo.trajectory import Task, Trajectory
 
 

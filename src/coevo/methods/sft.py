@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from coevo.run.context import Run
 from coevo.stages import play
-from coevo.stages.start import base_model, shared_start
+from coevo.stages.shared import base_model, shared_start
 
 
 def run_sft(run: Run) -> None:

@@ -272,7 +272,7 @@ GRPO_METHODS = ("grpo", "agent_data")
 
 
 @dataclass
-class ExplorerSection(ModelSource):
+class EnvExplorerSection(ModelSource):
     """Who explores in `agent_data`: a model that reflects on the signals (`kind: llm`: the
     current agent, the default; another local model, `path` or `name`; or an OpenAI-compatible
     server, `server.url`), or a walk over the env's valid actions without a model (`random`,
@@ -321,7 +321,7 @@ class AgentDataSection:
     """Share of synthesized tasks in every GRPO batch once there are some."""
     explorations: int = 8
     """Exploration episodes per round (one per chosen signal, kinds taken in turn)."""
-    explorer: ExplorerSection = field(default_factory=ExplorerSection)
+    explorer: EnvExplorerSection = field(default_factory=EnvExplorerSection)
 
     def validate(self) -> None:
         unknown = [k for k in self.signals if k not in SIGNAL_KINDS]

@@ -58,12 +58,13 @@ class SftConfig:
     """Sequences per micro-batch per process."""
     grad_accum: int = 1
     """Micro-batches per optimizer step; the step's batch is batch_size * grad_accum * GPUs."""
-    packing: bool = False
+    packing: bool = True
     """Send each micro-batch through the model as one row, its sequences one after another
-    with positions restarting, attention kept within each (`collate_packed`): no pads, the
-    same loss and gradients up to float rounding. Needs an SDPA model without a sliding
-    window. Off by default: on a 2-core CPU the per-sequence attention calls cost about what
-    the few pads of length-grouped batches cost (benchmarks/results/model_speed.md)."""
+    with positions restarting, attention kept within each (`collate_packed`): no pads, one
+    forward call, the same loss and gradients up to float rounding. SDPA models without a
+    sliding window; others take padded rows as usual. On the CPU 0.5-7% faster than padded
+    length-grouped batches (benchmarks/results/model_speed.md); on CUDA one varlen flash
+    call per layer."""
     eval_every: int = 0
     """Eval loss every this many steps (0: at the end of each epoch); needs eval examples."""
     progress: bool = True
@@ -115,14 +116,9 @@ def train_sft(
 
     model = trainable(model, config.compute, config.lora)
     net = AgentLogps(model)
-    if config.packing and not net.can_fork():
-        raise ValueError(
-            "sft.packing needs a model on SDPA attention without a sliding window; set "
-            "sft.packing: false for this one."
-        )
     optimizer = make_optimizer(net, config.optim, fused=accelerator.device.type == "cuda")
     sampler = LengthBatches([len(e.input_ids) for e in examples], config.batch_size, seed=seed)
-    collate = collate_packed if config.packing else collate_sft
+    collate = collate_packed if config.packing and net.can_fork() else collate_sft
     loader = DataLoader(list(examples), batch_sampler=sampler, collate_fn=collate)
     net, optimizer, loader = accelerator.prepare(net, optimizer, loader)
     steps_per_epoch = math.ceil(len(loader) / config.grad_accum)

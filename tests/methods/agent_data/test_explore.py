@@ -7,7 +7,7 @@ import pytest
 
 from coevo.methods.agent_data.explore import (
     Seed,
-    explore,
+    explore_env,
     instruction,
     parse_context,
     pick,
@@ -78,7 +78,7 @@ def test_exploration_is_goal_free_and_played_by_the_policy(tokenizer):
     tasks = env.tasks("train")[:2]
     seeds = [Seed(t, None, f"1-{i}") for i, t in enumerate(tasks)]
     policy = Answering(tokenizer, ["Thought: Task: type it\nAction: look", "Action: type[zz]"] * 2)
-    played = explore(
+    played = explore_env(
         policy, EnvPool(ToyEnv), env, seeds, ["the look action", None], Sampling(), seed=0,
         max_length=2048,
     )  # fmt: skip

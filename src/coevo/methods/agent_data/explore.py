@@ -163,7 +163,7 @@ def instruction(context: str | None) -> str:
     return prompt("explore").format(context=context or prompt("random").strip()).strip()
 
 
-def explore(
+def explore_env(
     policy: Policy,
     pool: EnvPool,
     env: Env,

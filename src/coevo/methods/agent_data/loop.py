@@ -32,7 +32,7 @@ from coevo.envs.evolve import action_pattern, require
 from coevo.envs.pool import EnvPool
 from coevo.methods.agent_data.explore import (
     Seed,
-    explore,
+    explore_env,
     pick,
     random_seeds,
     reflect,
@@ -50,7 +50,7 @@ from coevo.run.context import VALID, Run, StageModel
 from coevo.run.records import EvolveRecord
 from coevo.seeds import derive
 from coevo.stages import play
-from coevo.stages.start import shared_start
+from coevo.stages.shared import shared_start
 from coevo.store import StoredTrajectory
 from coevo.train.groups import TaskOrder
 from coevo.trajectory import Task, Trajectory
@@ -374,7 +374,7 @@ def _played_by(
     """How the `llm` explorer plays the round's explorations under their contexts."""
     ex = run.config.agent_data.explorer
     sampling = ex.sampling.sampling()
-    return lambda: explore(
+    return lambda: explore_env(
         explorer_policy(),
         run.pool,
         env,

@@ -20,7 +20,7 @@ from coevo.trajectory import Trajectory
 
 
 @dataclass(frozen=True)
-class Start:
+class SharedStart:
     """What the shared stages give a method."""
 
     experts: dict[str, Trajectory]
@@ -31,13 +31,13 @@ class Start:
     """The target agent after SFT on the experts (evaluated as iteration 0)."""
 
 
-def shared_start(run: Run) -> Start:
+def shared_start(run: Run) -> SharedStart:
     """Stages experts, model, sft-target and eval-0."""
     experts = expert_demonstrations(run)
     base = base_model(run)
     target = training.sft(run, "target", base, list(experts.values()), seed=run.config.seed)
     play.evaluate(run, target, iteration=0)
-    return Start(experts, base, target)
+    return SharedStart(experts, base, target)
 
 
 def expert_demonstrations(run: Run) -> dict[str, Trajectory]:
