@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from coevo.analysis import stats
-from coevo.analysis.paired import comparison_cells, task_scores, tested
+from coevo.analysis.paired import comparison_cells, markdown_table, task_scores, tested
 from coevo.analysis.runs import RunSummary
 
 NULL_METHOD = "sft"
@@ -101,9 +101,7 @@ def null_markdown(table: dict[str, Any]) -> str:
     lines = [
         f"### Null cells: {method} against itself at two seeds, paired task by task (x100)",
         "",
-        "| " + " | ".join(head) + " |",
-        "|" + " --- |" * len(head),
-        *("| " + " | ".join(row) + " |" for row in rows),
+        *markdown_table(head, rows),
         "",
         f"The same {method} recipe at two seeds (later minus earlier) has no true difference: "
         "each row is noise, tested as a method contrast is (the paired table's note). A row "

@@ -266,13 +266,14 @@ def paired_markdown(table: dict[str, Any]) -> str:
     rows = paired_rows(table)
     if not rows:
         return ""
-    lines = [
-        f"### {paired_title(table)}",
-        "",
-        "| " + " | ".join(HEAD) + " |",
-        "|" + " --- |" * len(HEAD),
-        *("| " + " | ".join(row) + " |" for row in rows),
-        "",
-        paired_note(table),
-    ]
+    lines = [f"### {paired_title(table)}", "", *markdown_table(HEAD, rows), "", paired_note(table)]
     return "\n".join(lines)
+
+
+def markdown_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a Markdown table: the head, its rule, one line per row."""
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + " --- |" * len(head),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
