@@ -49,10 +49,11 @@ pretrained model's under "## Runs: NAME".
 weights, bf16 autocast: ours `Compute(mixed_precision="bf16")` and `device="auto"`, TRL
 `bf16=True`). There the clock is the wall clock, waiting for the GPU at both ends of the
 training call (and of ours' final checkpoint); tokens/s and the speedup are per wall second.
-Memory is each side's peak GPU memory (`torch.cuda.max_memory_allocated`, reset just before
-the call), taken in the speed runs: no separate memory runs. The GPU's name is printed and
-recorded, in results/dpo_speed-cuda.md, in the same sections (CPU runs keep
-results/dpo_speed.md).
+Both sides run SDPA on the same kernels (`coevo.attention.sdpa_backends`: flash,
+memory-efficient or math; not cuDNN, which plans anew for every new shape). Memory is each
+side's peak GPU memory (`torch.cuda.max_memory_allocated`, reset just before the call),
+taken in the speed runs: no separate memory runs. The GPU's name is printed and recorded, in
+results/dpo_speed-cuda.md, in the same sections (CPU runs keep results/dpo_speed.md).
 """
 
 from __future__ import annotations
@@ -177,8 +178,11 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
 
 
 def run_trl(work: Path, args: argparse.Namespace) -> dict:
+    import torch
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
+
+    from coevo.attention import sdpa_backends
 
     tok, model, pairs = load_inputs(work)
     dataset = Dataset.from_list(trl_rows(pairs))
@@ -203,7 +207,8 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
         seed=0,
     )
     trainer = DPOTrainer(model=model, args=config, train_dataset=dataset, processing_class=tok)
-    return measure(trainer.train, args.device)  # reference log-probs inside, as ours
+    with sdpa_backends(torch.device(args.device)):  # the kernels ours may use, no cuDNN
+        return measure(trainer.train, args.device)  # reference log-probs inside, as ours
 
 
 def child(

@@ -50,6 +50,8 @@ its default padded batches either way.
 weights, bf16 autocast: ours `Compute(mixed_precision="bf16")` and `device="auto"`, TRL
 `bf16=True`). There the clock is the wall clock, waiting for the GPU at both ends of the
 training call (and of ours' final checkpoint); tokens/s and the speedup are per wall second.
+Both sides run SDPA on the same kernels (`coevo.attention.sdpa_backends`: flash,
+memory-efficient or math; not cuDNN, which plans anew for every new shape).
 Memory is each side's peak GPU memory (`torch.cuda.max_memory_allocated`, reset just before
 the call), taken in the speed runs: no separate memory runs. The GPU's name is printed and
 recorded, in results/model_speed-cuda.md (CPU runs keep results/model_speed.md).
@@ -156,9 +158,11 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
 
 
 def run_trl(work: Path, args: argparse.Namespace) -> dict:
+    import torch
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
+    from coevo.attention import sdpa_backends
     from coevo.train import sft_examples
 
     tok, model, trajectories = load_inputs(work)
@@ -192,7 +196,8 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
         and [int(label != -100) for label in row["labels"]] == list(e.action_mask)
         for row, e in zip(rows, ours, strict=True)
     )
-    got = measure(trainer.train, args.device)
+    with sdpa_backends(torch.device(args.device)):  # the kernels ours may use, no cuDNN
+        got = measure(trainer.train, args.device)
     return {
         **got,
         "tokens": sum(len(row["input_ids"]) for row in rows),
@@ -306,7 +311,8 @@ def main() -> None:
     cpu = args.device == "cpu"
     console = Console(stderr=True)
     modes = ["off", "on"] if args.checkpointing == "both" else [args.checkpointing]
-    default = "on" if SftConfig().packing else "off"
+    auto = SftConfig().packing
+    default = "on" if (cpu if auto is None else auto) else "off"  # None: packed on the CPU only
     other = "off" if default == "on" else "on"
     # Ours once per packing setting (the default last), then TRL: (name, packing) each.
     packings = [other, default] if args.packing == "both" else [args.packing or default]

@@ -162,8 +162,8 @@ def packed_rows_sdpa(
 
     On a CUDA GPU with flash attention (Ampere or newer), in half precision or under half
     autocast, one varlen flash call covers the row (torch's `varlen_attn`); elsewhere one
-    causal SDPA call per sequence (the fused kernel, no mask). The mask is not read: callers pass `fork_mask`, so that the model builds no
-    (tokens, tokens) one.
+    causal SDPA call per sequence (the fused kernel, no mask). The mask is not read: callers
+    pass `fork_mask`, so that the model builds no (tokens, tokens) one.
     """
     if sum(packed.lengths) != query.shape[2]:
         raise ValueError(

@@ -335,13 +335,15 @@ def _rank(key: str) -> int:
 # Settings that change a run's memory and time, never its results (the trained weights are
 # the same, up to float rounding: tests/train/test_sft.py, test_dpo.py), so a started run may
 # resume with them changed: e.g. activation checkpointing turned on for a run that ran out of
-# memory, DPO's shared prefixes turned off for a model whose attention cannot take them, or
+# memory, DPO's shared prefixes or SFT's packed rows turned off for a model whose attention
+# cannot take them, or
 # more CPU threads for a run left alone on the machine (threads split the same sums), or
 # another decoding loop (greedy and seeded sampled replies equal the eager loop's:
 # tests/policy/test_static_decode.py), e.g. eager for a GPU whose graphs fail.
 FREE_KEYS = (
     "compute.gradient_checkpointing",
     "dpo.shared_prefix",
+    "sft.packing",
     "model.cpu_threads",
     "model.decode",
 )

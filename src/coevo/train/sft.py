@@ -58,13 +58,14 @@ class SftConfig:
     """Sequences per micro-batch per process."""
     grad_accum: int = 1
     """Micro-batches per optimizer step; the step's batch is batch_size * grad_accum * GPUs."""
-    packing: bool = True
+    packing: bool | None = None
     """Send each micro-batch through the model as one row, its sequences one after another
     with positions restarting, attention kept within each (`collate_packed`): no pads, one
     forward call, the same loss and gradients up to float rounding. SDPA models without a
     sliding window; others take padded rows as usual. On the CPU 0.5-7% faster than padded
     length-grouped batches (benchmarks/results/model_speed.md); on CUDA one varlen flash
-    call per layer."""
+    call per layer. None (auto): packed on the CPU, padded on a GPU until the varlen path
+    has been measured there (issue 37); true or false chooses."""
     eval_every: int = 0
     """Eval loss every this many steps (0: at the end of each epoch); needs eval examples."""
     progress: bool = True
@@ -118,7 +119,8 @@ def train_sft(
     net = AgentLogps(model)
     optimizer = make_optimizer(net, config.optim, fused=accelerator.device.type == "cuda")
     sampler = LengthBatches([len(e.input_ids) for e in examples], config.batch_size, seed=seed)
-    collate = collate_packed if config.packing and net.can_fork() else collate_sft
+    packed = accelerator.device.type == "cpu" if config.packing is None else config.packing
+    collate = collate_packed if packed and net.can_fork() else collate_sft
     loader = DataLoader(list(examples), batch_sampler=sampler, collate_fn=collate)
     net, optimizer, loader = accelerator.prepare(net, optimizer, loader)
     steps_per_epoch = math.ceil(len(loader) / config.grad_accum)
