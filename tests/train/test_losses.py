@@ -301,7 +301,7 @@ def test_grpo_on_policy_is_the_advantage_weighted_token_mean():
     out.loss.backward()
     expected = torch.tensor([[-2 / 3, -2 / 3, 0.0], [1 / 3, 0.0, 0.0]])
     assert torch.allclose(logps.grad, expected)  # off-mask tokens: exactly 0, even at 100
-    assert out.metrics()["clip_fraction"].item() == 0.0
+    assert out.sums()["clip_fraction"].item() == 0.0
 
 
 @pytest.mark.parametrize(
@@ -330,7 +330,7 @@ def test_grpo_kl_term_is_k3_times_beta():
     k3 = 2 - math.log(2) - 1
     plain = grpo_loss(logps, logps, torch.tensor([0.0]), mask, ref_logps=ref)
     assert plain.loss.item() == pytest.approx(0.0)  # beta 0: KL watched, not trained
-    assert plain.metrics()["kl"].item() == pytest.approx(k3 / 2)
+    assert plain.sums()["kl"].item() == pytest.approx(k3)  # over the 2 tokens: mean k3 / 2
     with_kl = grpo_loss(logps, logps, torch.tensor([0.0]), mask, ref_logps=ref, beta=0.1)
     assert with_kl.loss.item() == pytest.approx(0.1 * k3 / 2)
     with pytest.raises(ValueError, match="needs ref_logps"):

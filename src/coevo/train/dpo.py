@@ -18,7 +18,6 @@ import json
 import math
 from array import array
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,13 @@ from coevo.train.loop import (
     windows,
 )
 from coevo.train.losses import dpo_loss
-from coevo.train.model import AgentLogps, frozen_copy, is_lora, load_model, trainable
+from coevo.train.model import (
+    AgentLogps,
+    frozen_copy,
+    load_model,
+    reference_forward,
+    trainable,
+)
 from coevo.train.settings import (
     Checkpoints,
     Compute,
@@ -267,14 +272,8 @@ def pair_logps(net: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, 
 def live_reference(
     accelerator: Accelerator, net: Any, ref_net: Any, batch: dict[str, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference log-probs of a batch from the frozen copy, or from the base model under LoRA."""
-    if ref_net is not None:
-        with accelerator.autocast():
-            logps, _ = pair_logps(ref_net, batch)
-        return logps.chunk(2)
-    inner = accelerator.unwrap_model(net).model
-    with inner.disable_adapter() if is_lora(inner) else nullcontext():
-        logps, _ = pair_logps(net, batch)
+    """Reference log-probs of a batch's (chosen, rejected) sides (`reference_forward`)."""
+    logps = reference_forward(accelerator, net, ref_net, lambda m: pair_logps(m, batch)[0])
     return logps.chunk(2)
 
 

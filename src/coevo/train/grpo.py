@@ -42,7 +42,6 @@ import copy
 import random
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -84,6 +83,7 @@ from coevo.train.model import (
     frozen_copy,
     is_lora,
     load_model,
+    reference_forward,
     trainable,
 )
 from coevo.train.settings import (
@@ -371,12 +371,10 @@ def update(
                     # processes; * num_processes undoes it), as SFT normalises (losses.py).
                     accelerator.backward(loss.per_token.sum() * accelerator.num_processes / tokens)
                 n = float(mask.sum())
-                add(sums, "loss", float(loss.per_token.detach().sum()))
-                add(sums, "clip_fraction", float((loss.clipped & loss.mask).sum()))
-                add(sums, "ratio", float(torch.where(loss.mask, loss.ratio, 0.0).sum()))
+                for key, value in loss.sums().items():
+                    if key != "kl" or ref is not None:  # no reference: no KL to report
+                        add(sums, key, float(value))
                 add(sums, "entropy", float(entropy.sum()))
-                if ref is not None:
-                    add(sums, "kl", float(loss.kl.sum()))
                 total_tokens += n
             grad_norms.append(float(clip(accelerator, net, config.optim)))
             optimizer.step()
@@ -454,17 +452,9 @@ def add(sums: dict[str, float], key: str, value: float) -> None:
 def reference(
     accelerator: Accelerator, net: Any, ref_net: Any, batch: dict[str, torch.Tensor]
 ) -> torch.Tensor:
-    """Per-token log-probs (batch, seq - 1) of the reference: the frozen copy, or under LoRA
-    the base model with the adapters off."""
+    """Per-token log-probs (batch, seq - 1) of the reference (`reference_forward`)."""
     args = (batch["input_ids"], batch["attention_mask"], batch["action_mask"])
-    if ref_net is not None:
-        with accelerator.autocast():
-            logps, _ = ref_net(*args, per_token=True)
-        return logps
-    inner = accelerator.unwrap_model(net).model
-    with inner.disable_adapter() if is_lora(inner) else nullcontext():
-        logps, _ = net(*args, per_token=True)
-    return logps
+    return reference_forward(accelerator, net, ref_net, lambda m: m(*args, per_token=True)[0])
 
 
 def copy_for_saving(model: nn.Module) -> nn.Module:

@@ -288,14 +288,15 @@ class GrpoLoss:
     mask: torch.Tensor
     """(episodes, seq) bool: the agent tokens."""
 
-    def metrics(self) -> dict[str, torch.Tensor]:
-        """Means over agent tokens (detached scalars): loss, clip fraction, KL, ratio."""
-        n = self.mask.sum().clamp(min=1)
+    def sums(self) -> dict[str, torch.Tensor]:
+        """Sums over the agent tokens (detached scalars) of the loss, the clipped tokens, the
+        ratio and the KL: a step adds them over its micro-batches and processes, then divides
+        by its token count (so its means weigh every token alike)."""
         return {
-            "loss": self.loss.detach(),
-            "clip_fraction": (self.clipped & self.mask).sum() / n,
-            "kl": self.kl.sum() / n,
-            "ratio": torch.where(self.mask, self.ratio, 0.0).sum() / n,
+            "loss": self.per_token.detach().sum(),
+            "clip_fraction": (self.clipped & self.mask).sum(),
+            "ratio": torch.where(self.mask, self.ratio, 0.0).sum(),
+            "kl": self.kl.sum(),
         }
 
 

@@ -14,8 +14,10 @@ prefix a pair's two sides share is computed once; SFT batches as one packed row
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -24,6 +26,8 @@ from coevo.attention import PackedSeqs, fork_mask, use_packed_attention
 from coevo.lengths import length_groups
 from coevo.train.losses import head_logps, sequence_logps, token_logps
 from coevo.train.settings import Compute, Lora
+
+T = TypeVar("T")
 
 # Config fields that make the LM head more than a linear layer; such models take the plain path.
 _HEAD_EXTRAS = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
@@ -131,6 +135,19 @@ def top_layers(model: nn.Module, n: int) -> list[int]:
     if n > len(layers):
         raise ValueError(f"train_layers={n} but the model has {len(layers)} decoder layers.")
     return list(range(len(layers) - n, len(layers)))
+
+
+def reference_forward(
+    accelerator: Any, net: nn.Module, ref_net: nn.Module | None, forward: Callable[[Any], T]
+) -> T:
+    """`forward(model)` on the reference: the frozen copy (under autocast, as the trained
+    model's own forward is), or under LoRA the trained model with its adapters off."""
+    if ref_net is not None:
+        with accelerator.autocast():
+            return forward(ref_net)
+    inner = accelerator.unwrap_model(net).model
+    with inner.disable_adapter() if is_lora(inner) else nullcontext():
+        return forward(net)
 
 
 def is_lora(model: nn.Module) -> bool:
