@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from coevo.analysis import stats
-from coevo.analysis.paired import comparison_cells, markdown_table, task_scores, tested
+from coevo.analysis.paired import HEAD, comparison_cells, markdown_table, task_scores, tested
 from coevo.analysis.runs import RunSummary
 
 NULL_METHOD = "sft"
@@ -88,16 +88,7 @@ def null_markdown(table: dict[str, Any]) -> str:
     if not rows:
         return ""
     method = table["method"]
-    head = [
-        "split",
-        "seeds",
-        "difference",
-        "tasks up / down / same",
-        "p (sign-flip)",
-        "seed-level 95% t",
-        "verdict",
-        "bootstrap 95% (tasks)",
-    ]
+    head = ["split", "seeds", *HEAD[2:8]]  # the paired table's cells, from its difference on
     lines = [
         f"### Null cells: {method} against itself at two seeds, paired task by task (x100)",
         "",

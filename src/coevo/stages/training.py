@@ -14,7 +14,9 @@ lost to a low-precision dtype, gradients that were all 0).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +37,15 @@ def sft(
     trained: dict[str, Any] = {}  # the module this call trains (none when done before)
 
     def stage(out: Path) -> SftRecord:
-        from transformers import AutoTokenizer
-
         from coevo.train.batches import sft_examples
         from coevo.train.sft import train_sft
 
-        tokenizer = AutoTokenizer.from_pretrained(start.path)
-        examples = sft_examples(trajectories, tokenizer, max_length=run.config.model.max_length)
-        where = placement(run, out, seed, tokenizer)
-        result = train_sft(starting_point(start), examples, config, **where)
-        trained["module"] = result.model
-        served_adapter(run, start, out)
-        say_movement(run, stage_name, start.path, result.model)
-        return sft_record(len(examples), result)
+        def examples(tokenizer: Any) -> list[Any]:
+            return sft_examples(trajectories, tokenizer, max_length=run.config.model.max_length)
+
+        train = partial(train_sft, config=config)
+        n, result = train_in_stage(run, stage_name, start, out, seed, examples, train, trained)
+        return sft_record(n, result)
 
     inputs = {
         "start": str(start.path),
@@ -97,21 +95,18 @@ def dpo(
     trained: dict[str, Any] = {}
 
     def stage(out: Path) -> DpoRecord:
-        from transformers import AutoTokenizer
-
         from coevo.train.batches import dpo_examples
         from coevo.train.dpo import train_dpo
 
         # Stored once per stage: a rerun after a kill finds them already there.
         if run.processes.main and not run.store.pairs(stage=stage_name):
             run.store.add_pairs(pairs, iteration=iteration, stage=stage_name)
-        tokenizer = AutoTokenizer.from_pretrained(start.path)
-        examples = dpo_examples(pairs, tokenizer, max_length=run.config.model.max_length)
-        where = placement(run, out, seed, tokenizer)
-        result = train_dpo(starting_point(start), examples, config, **where)
-        trained["module"] = result.model
-        served_adapter(run, start, out)
-        say_movement(run, stage_name, start.path, result.model)
+
+        def examples(tokenizer: Any) -> list[Any]:
+            return dpo_examples(pairs, tokenizer, max_length=run.config.model.max_length)
+
+        train = partial(train_dpo, config=config)
+        _, result = train_in_stage(run, stage_name, start, out, seed, examples, train, trained)
         last = next((r for r in reversed(result.history) if "loss" in r), {})
         return DpoRecord(
             pairs=len(pairs),
@@ -195,6 +190,30 @@ def served_adapter(run: Run, start: StageModel, out: Path) -> None:
         from coevo.run.serving import stack_adapter
 
         stack_adapter(start.path, out)
+
+
+def train_in_stage(
+    run: Run,
+    stage_name: str,
+    start: StageModel,
+    out: Path,
+    seed: int,
+    examples_of: Callable[[Any], list[Any]],
+    train: Callable[..., TrainResult],
+    trained: dict[str, Any],
+) -> tuple[int, TrainResult]:
+    """What both training stages do in their folder `out`: the examples in `start`'s tokens,
+    `train(model, examples, **placement)`, the trained module kept in `trained` for the next
+    stage, its adapter served, how far its weights moved said. (examples, the result)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(start.path)
+    examples = examples_of(tokenizer)
+    result = train(starting_point(start), examples, **placement(run, out, seed, tokenizer))
+    trained["module"] = result.model
+    served_adapter(run, start, out)
+    say_movement(run, stage_name, start.path, result.model)
+    return len(examples), result
 
 
 def placement(run: Run, out: Path, seed: int, tokenizer: Any) -> dict[str, Any]:
