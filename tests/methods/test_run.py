@@ -431,8 +431,11 @@ def test_the_base_method_evaluates_the_model_untrained(tmp_path):
     assert set(manifest_times(run)) == {"model", "eval-0"}
     from coevo.analysis.compare import compare
 
-    rows = compare([run])
-    assert rows  # a row to compare SFT's gain with
+    table = compare([run])
+    # A row to compare SFT's gain with: the base method on both test splits, 8 tasks each.
+    splits = {f"{FAST['env']['name']} {s}" for s in ("test_seen", "test_unseen")}
+    assert set(table["rows"]["base"]) == splits
+    assert all(table["episodes"]["base"][column] == 8 for column in splits)
     with Store(run, create=False) as store:
         assert {t.task.split for t in store.trajectories(stage="eval-0-test_seen")} == {"test_seen"}
         assert store.count("trajectories") == len(

@@ -129,9 +129,10 @@ def read_run(run_dir: str | Path) -> RunSummary:
 
 def _trains_past_start(config: dict[str, Any]) -> bool:
     """Whether the run's method trains after the shared SFT start (evaluated as iteration 0):
-    every method but `sft`, unless its recipe asks for no iteration, round or step."""
+    every method but `sft` and `base` (whose eval-0 is their score), unless its recipe asks
+    for no iteration, round or step."""
     method = config.get("method")
-    if method == "sft":
+    if method in ("sft", "base"):
         return False
     if method in ("grpo", "agent_data"):  # recipe.GRPO_METHODS (not imported: it loads torch)
         section, key = config.get("grpo") or {}, "steps"
