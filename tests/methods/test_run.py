@@ -279,6 +279,14 @@ def test_eto_starts_from_the_sft_run(tmp_path):
         quiet=True,
     )
     assert json.loads((two / "stages/sft-target/manifest.json").read_text())["adopted_from"]
+    # A source saved by an earlier coevo lacks the keys added since: they have their defaults.
+    saved = yaml.safe_load((sft_run / "config.yaml").read_text())
+    del saved["eval"]["sampling"]["temperature"], saved["eval"]["sampling"]["top_p"]
+    (sft_run / "config.yaml").write_text(yaml.safe_dump(saved))
+    older = execute(
+        recipe(method="eto", iterations=0, init_from=str(sft_run)), tmp_path / "older", quiet=True
+    )
+    assert json.loads((older / "stages/sft-target/manifest.json").read_text())["adopted_from"]
 
 
 def test_eto_takes_the_first_target_exploration_from_a_failure_agent_run(failure_run, tmp_path):

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from rich.markup import escape
 
-from coevo.config import ConfigError, to_dict, upgrade
+from coevo.config import ConfigError, merge, to_dict, upgrade
 from coevo.envs.base import make
 from coevo.envs.pool import EnvPool
 from coevo.envs.workers import RayEnvPool
@@ -168,7 +168,10 @@ def adoptable(source: Path, config: RunConfig) -> tuple[list[str], list[str]]:
     source_config = source / "config.yaml"
     if not source_config.is_file():
         raise ConfigError(f"init_from: {str(source)!r} is not a run directory (no config.yaml).")
-    theirs = upgrade(yaml.safe_load(source_config.read_text()), RunConfig.MOVED)
+    # A key that an earlier coevo did not write has its default (as when a run resumes).
+    theirs = merge(
+        to_dict(RunConfig()), upgrade(yaml.safe_load(source_config.read_text()), RunConfig.MOVED)
+    )
     ours = to_dict(config)
 
     def alike(section: str) -> bool:  # settings that change only time and memory aside
