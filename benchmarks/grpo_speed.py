@@ -123,9 +123,7 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
         optim=Optim(lr=args.lr, warmup_ratio=0.0, schedule="constant"),
         # auto: none on the CPU, as always; on cuda bf16 is asked for by name.
         compute=Compute(mixed_precision="auto" if args.device == "cpu" else "bf16"),
-        checkpoints=Checkpoints(
-            save_every=10**9, save_every_minutes=0, resume=False, save_final_model=False
-        ),
+        checkpoints=Checkpoints(save_every=10**9, save_every_minutes=0),
     )
     tokenizer = AutoTokenizer.from_pretrained(work / "model")
     player = hf_player(work / "model", lambda: OneReplyEnv(instructions), config)
@@ -163,6 +161,8 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
             output_dir=out,
             tokenizer=tokenizer,
             device=device,
+            resume=False,
+            save_model=False,
         ),
         args.device,
     )

@@ -224,7 +224,8 @@ def _flash_gpu(index: int) -> bool:
 def fork_mask(device: torch.device) -> torch.Tensor:
     """The attention mask to give a model with `pair_forks`: transformers passes a 4-D mask
     on as it is, where from restarting position ids it would build a (tokens, tokens) one
-    (490 MB and 1.7 s CPU at 13,000 tokens) that `forked_sdpa` never reads."""
+    (490 MB at 13,000 tokens, and CPU time to fill it; benchmarks/results/dpo_speed.md) that
+    `forked_sdpa` never reads."""
     return torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device)
 
 

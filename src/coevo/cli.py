@@ -291,14 +291,14 @@ def run_command(
     ] = None,
 ) -> None:
     """Run a method recipe; rerunning the same directory skips finished stages and resumes."""
-    from coevo.config import ConfigError, load
+    from coevo.config import ConfigError
     from coevo.policy.models import ModelError
     from coevo.run.pipeline import RunDirError
     from coevo.run.processes import ProcessesError
-    from coevo.run.recipe import RunConfig
+    from coevo.run.recipe import load_recipe
 
     try:
-        recipe = load(RunConfig, config, overrides or [])
+        recipe = load_recipe(config, overrides or [])
     except ConfigError as exc:
         fail(str(exc))
     try:  # the imports too: torch and transformers take seconds, a Ctrl-C may come then

@@ -140,15 +140,20 @@ def _check_moved(cls: type, values: dict[str, Any]) -> None:
             raise ConfigError(f"Config key '{key}' is gone: {retired[key]}.")
 
 
-def upgrade(values: dict[str, Any], moved: dict[str, str]) -> dict[str, Any]:
-    """A config saved by an earlier coevo (a run directory's `config.yaml`) with every key of
-    `moved` (a root dataclass's `MOVED`) in its new place: the one shim that lets older runs be
-    resumed, compared and started from."""
+def upgrade(values: dict[str, Any], root: type) -> dict[str, Any]:
+    """A config saved by an earlier coevo (a run directory's `config.yaml`) brought up to date
+    by its root dataclass: every key of `root.MOVED` in its new place, every key of
+    `root.RETIRED` left out. The one shim that lets older runs be resumed, compared and
+    started from."""
+    moved: dict[str, str] = getattr(root, "MOVED", {})
+    retired: dict[str, str] = getattr(root, "RETIRED", {})
     out: dict[str, Any] = {}
     for key, value in _dotted(values):
         if isinstance(value, dict) and value:
             continue  # its leaves come on their own
-        _set_dotted(out, moved.get(key, key), value)
+        key = moved.get(key, key)
+        if key not in retired:
+            _set_dotted(out, key, value)
     return out
 
 

@@ -275,10 +275,6 @@ def _trajectory(ep: _Episode, agent: str, meta: dict[str, Any]) -> Trajectory:
     )
 
 
-# The width of the progress line written to a file rather than a terminal.
-LOG_WIDTH = 160
-
-
 class _Progress:
     """A rich bar: episodes done, mean reward, generation steps per second, time elapsed and
     the time left at the rate episodes have ended so far."""
@@ -290,28 +286,11 @@ class _Progress:
         self.start = time.perf_counter()
         if not self.enabled:
             return
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from coevo.progress import bar
 
-        console = Console()
-        if not console.is_terminal:  # a log file's 80 columns would cut the counts off
-            console = Console(width=max(console.width, LOG_WIDTH))
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("episodes, mean reward {task.fields[reward]},"),
-            TextColumn("{task.fields[rate]} steps/s"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),  # from the episodes ended so far: shown once one has
-            console=console,
+        # Its time left comes from the episodes ended so far: shown once one has.
+        self.progress = bar(
+            "episodes, mean reward {task.fields[reward]},", "{task.fields[rate]} steps/s"
         )
         self.task = self.progress.add_task(description, total=total, reward="-", rate="-")
         self.progress.start()

@@ -134,9 +134,9 @@ def test_a_damaged_store_stops_the_run_with_one_sentence_and_is_kept(tmp_path):
         ("explore.batch_size=0", "explore.batch_size must be >= 1, got 0"),
         (
             "dpo.checkpoints.stop_after_steps=3",
-            "dpo.checkpoints.stop_after_steps must stay null in a run: a stage stopped early "
-            "writes no model for the next stage (stop the run with Ctrl-C instead: rerunning "
-            "it resumes from the last checkpoint)",
+            "Config key 'dpo.checkpoints.stop_after_steps' is gone: the stage decides it "
+            "(train_*'s `stop_after_steps` argument); a run resumes after a kill, stops with "
+            "Ctrl-C and always hands its model on",
         ),
     ],
 )

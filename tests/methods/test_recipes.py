@@ -85,6 +85,9 @@ def test_valid_split_is_the_train_tail_the_run_never_trains_on(tmp_path):
         ),
         ("sft.seed=3", "Config key 'sft.seed' is gone: the trainers are seeded from the run's"),
         ("dpo.output_dir=x", "Config key 'dpo.output_dir' is gone: each stage trains in its own"),
+        ("sft.checkpoints.resume=false", "'sft.checkpoints.resume' is gone: the stage decides it"),
+        ("grpo.checkpoints.stop_after_steps=3", "'grpo.checkpoints.stop_after_steps' is gone"),
+        ("dpo.save_final_model=false", "'dpo.save_final_model' is gone"),
     ],
 )
 def test_an_old_setting_name_says_where_it_went(override, message):
@@ -92,6 +95,34 @@ def test_an_old_setting_name_says_where_it_went(override, message):
 
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         load(RunConfig, CONFIGS[0], [override])
+
+
+def test_a_run_directorys_own_recipe_from_an_earlier_coevo_loads_up_to_date(tmp_path):
+    """`coevo run RUN_DIR/config.yaml --out RUN_DIR` resumes a run saved before keys moved or
+    left; the same file elsewhere is a recipe someone wrote, and is told what changed."""
+    import yaml
+
+    from coevo.config import ConfigError
+    from coevo.run.recipe import load_recipe
+
+    saved = {
+        "method": "eto",
+        "explore": {"temperature": 0.5},
+        "sft": {"epochs": 2, "checkpoints": {"resume": True, "save_final_model": True}},
+    }
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(saved))
+    (run_dir / "run.json").write_text("{}")
+    config = load_recipe(run_dir / "config.yaml", ["iterations=2"])
+    assert (config.explore.sampling.temperature, config.sft.epochs, config.iterations) == (
+        0.5,
+        2,
+        2,
+    )
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(ConfigError, match="'explore.temperature' has moved"):
+        load_recipe(tmp_path / "recipe.yaml")
 
 
 def test_a_section_keeps_its_own_defaults_under_a_partial_override():
@@ -104,7 +135,7 @@ def test_a_section_keeps_its_own_defaults_under_a_partial_override():
 def test_a_run_hands_models_on_through_their_folders():
     from coevo.config import ConfigError
 
-    with pytest.raises(ConfigError, match="sft.checkpoints.save_final_model must stay true"):
+    with pytest.raises(ConfigError, match="sft.checkpoints.save_final_model' is gone"):
         load(RunConfig, CONFIGS[0], ["sft.checkpoints.save_final_model=false"])
     with pytest.raises(ConfigError, match="server.url or server.model is not set"):
         load(RunConfig, CONFIGS[0], ["model.backend=server"])

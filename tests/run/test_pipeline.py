@@ -206,14 +206,21 @@ def test_a_setting_added_since_the_run_is_no_change_at_its_default(tmp_path):
 
 
 def test_a_run_saved_before_keys_moved_resumes_with_them_in_their_new_place(tmp_path):
-    old = {"iterations": 1, "explore": {"samples": 1, "temperature": 0.8}}
+    old = {"iterations": 1, "explore": {"samples": 1, "temperature": 0.8}, "sft": {"resume": True}}
     saved_pipeline(tmp_path, old).stage("explore-1", lambda out: {"n": 1})
-    moved = {"explore.temperature": "explore.sampling.temperature"}
+
+    class Recipe:  # what the root dataclass says of the keys it moved and retired
+        MOVED = {"explore.temperature": "explore.sampling.temperature"}
+        RETIRED = {"sft.resume": "a trainer's call decides it"}
+
     now = {"iterations": 1, "explore": {"samples": 1, "sampling": {"temperature": 0.8}}}
-    assert Pipeline(tmp_path, now, quiet=True, moved=moved).done("explore-1")
+    # Without the recipe's word, the moved and retired keys are differences like any other.
+    with pytest.raises(RunDirError, match=r"explore.temperature.*sft.resume"):
+        Pipeline(tmp_path, now, quiet=True)
+    assert Pipeline(tmp_path, now, quiet=True, recipe=Recipe).done("explore-1")
     hotter = {"iterations": 1, "explore": {"samples": 1, "sampling": {"temperature": 0.9}}}
     with pytest.raises(RunDirError, match=r"explore.sampling.temperature \(0.8 -> 0.9\)"):
-        Pipeline(tmp_path, hotter, quiet=True, moved=moved)
+        Pipeline(tmp_path, hotter, quiet=True, recipe=Recipe)
 
 
 def test_a_finished_stage_drops_its_scratch_and_keeps_its_outputs(tmp_path):

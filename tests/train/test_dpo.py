@@ -16,12 +16,15 @@ from coevo.train.loop import TrainResult
 from tests.train.conftest import EXACT, cpu_state
 
 
-def dpo(model, examples, tmp_path, device="auto", **kw) -> TrainResult:
+def dpo(model, examples, tmp_path, device="auto", stop_after_steps=None, **kw) -> TrainResult:
     """`train_dpo` into `tmp_path/dpo` on `device` with the test settings (lr 1e-3, batch 4)
     overlaid by `kw` (groups as mappings)."""
     values = merge({"batch_size": 4, "progress": False, "optim": {"lr": 1e-3}}, kw)
     config = build(DpoConfig, values)
-    return train_dpo(model, examples, config, output_dir=tmp_path / "dpo", device=device)
+    out = tmp_path / "dpo"
+    return train_dpo(
+        model, examples, config, output_dir=out, device=device, stop_after_steps=stop_after_steps
+    )
 
 
 def losses(history):
@@ -58,7 +61,7 @@ def test_given_reference_logps_are_used_as_is(tmp_path, model_factory, dpo_data)
 def test_stopped_and_resumed_run_gives_the_same_losses(tmp_path, model_factory, dpo_data):
     kw = dict(epochs=3, checkpoints={"save_every": 2}, grad_accum=2, batch_size=2, device=EXACT)
     straight = dpo(model_factory(), dpo_data, tmp_path / "a", **kw)
-    cut = merge(kw, {"checkpoints": {"stop_after_steps": 3}})
+    cut = {**kw, "stop_after_steps": 3}
     first = dpo(model_factory(), dpo_data, tmp_path / "b", **cut)
     assert first.step == 3
     # A different starting model: the checkpoint and the stored reference must win.
@@ -70,7 +73,7 @@ def test_stopped_and_resumed_run_gives_the_same_losses(tmp_path, model_factory, 
 
 
 def test_resuming_on_other_pairs_is_refused(tmp_path, model_factory, dpo_data):
-    dpo(model_factory(), dpo_data, tmp_path, epochs=1, checkpoints={"stop_after_steps": 1})
+    dpo(model_factory(), dpo_data, tmp_path, epochs=1, stop_after_steps=1)
     with pytest.raises(ValueError, match="other pairs"):
         dpo(model_factory(), dpo_data[:8], tmp_path, epochs=1)
 
@@ -81,7 +84,7 @@ def test_lora_changes_only_adapters_and_its_live_reference_is_the_base(
     kw = dict(
         epochs=1,
         lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
-        checkpoints={"stop_after_steps": 3},
+        stop_after_steps=3,
         device=EXACT,  # the two runs' losses are compared to 1e-5
     )
     model = model_factory()
@@ -101,7 +104,7 @@ def test_lora_changes_only_adapters_and_its_live_reference_is_the_base(
 def test_pair_weights_and_sft_weights_reach_the_loss(tmp_path, model_factory, dpo_data):
     plain = [replace(e, weight=1.0, sft_weight=0.0) for e in dpo_data]
     heavy = [replace(e, weight=1.0, sft_weight=1.0) for e in dpo_data]
-    one_step = dict(epochs=1, checkpoints={"stop_after_steps": 1})
+    one_step = dict(epochs=1, stop_after_steps=1)
     a = dpo(model_factory(), plain, tmp_path / "a", **one_step)
     b = dpo(model_factory(), heavy, tmp_path / "b", **one_step)
     # Same first batch: loss(b) - loss(a) is the mean chosen NLL per token (about ln 300).

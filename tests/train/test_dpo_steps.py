@@ -44,7 +44,8 @@ def test_a_run_cut_in_a_later_pass_resumes_exactly(tmp_path, model_factory, dpo_
         model_factory(),
         dpo_data,
         tmp_path / "b",
-        **{**kw, "checkpoints": {"save_every": 2, "stop_after_steps": 6}},
+        **kw,
+        stop_after_steps=6,
     )
     assert first.step == 6
     resumed = dpo(model_factory(), dpo_data, tmp_path / "b", **kw)

@@ -22,9 +22,19 @@ class Killed(Exception):
     """Stands in for a kill -9 right after an optimizer step, before its checkpoint."""
 
 
-def sft(model, examples, tmp_path: Path, *, epochs=3, warmup_ratio=0.03, **checkpoints):
+def sft(
+    model,
+    examples,
+    tmp_path: Path,
+    *,
+    epochs=3,
+    warmup_ratio=0.03,
+    stop_after_steps=None,
+    resume=True,
+    **checkpoints,
+):
     """SFT into `tmp_path/sft` (lr 3e-3, batch 4, on the CPU: runs are compared exactly) with
-    these checkpoint settings."""
+    these checkpoint settings, the call stopped or resumed as asked."""
     config = SftConfig(
         epochs=epochs,
         batch_size=4,
@@ -32,7 +42,16 @@ def sft(model, examples, tmp_path: Path, *, epochs=3, warmup_ratio=0.03, **check
         optim=Optim(lr=3e-3, warmup_ratio=warmup_ratio),
         checkpoints=Checkpoints(**checkpoints),
     )
-    return train_sft(model, examples, config, output_dir=tmp_path / "sft", device=EXACT)
+    out = tmp_path / "sft"
+    return train_sft(
+        model,
+        examples,
+        config,
+        output_dir=out,
+        device=EXACT,
+        stop_after_steps=stop_after_steps,
+        resume=resume,
+    )
 
 
 def dpo(model, examples, tmp_path: Path, *, epochs, batch_size, **checkpoints):
@@ -200,11 +219,35 @@ def test_stages_of_one_process_may_differ_in_device_and_precision(
             batch_size=4,
             progress=False,
             optim=Optim(lr=3e-3),
-            checkpoints=Checkpoints(stop_after_steps=1),
             compute=Compute(mixed_precision=precision),
         )
         out = tmp_path / str(i)
-        result = train_sft(model_factory(), sft_data, config, output_dir=out, device=device)
+        result = train_sft(
+            model_factory(), sft_data, config, output_dir=out, device=device, stop_after_steps=1
+        )
         assert result.step == 1
         assert AcceleratorState().mixed_precision == precision.replace("auto", "no")
     assert AcceleratorState().device.type == "cpu"
+
+
+def test_a_call_decides_whether_it_resumes_stops_early_and_saves_its_model(
+    tmp_path, model_factory, sft_data
+):
+    """`resume`, `stop_after_steps` and `save_model` are arguments of the call, not settings."""
+    kw = dict(epochs=1, save_every=2)
+    out = tmp_path / "sft"
+    cut = sft(model_factory(), sft_data, tmp_path, stop_after_steps=4, **kw)
+    assert cut.step == 4 and not (out / "model").exists()  # stopped: no model to hand on
+    assert steps_on_disk(out) == [2, 4]
+    again = sft(model_factory(), sft_data, tmp_path, resume=False, stop_after_steps=1, **kw)
+    assert again.step == 1 and steps_on_disk(out) == [1]  # started over: the old ones gone
+    assert [r["step"] for r in again.history] == [1]
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="stop_after_steps must be a whole number >= 1"):
+            sft(model_factory(), sft_data, tmp_path / "bad", stop_after_steps=bad, **kw)
+    config = SftConfig(epochs=1, batch_size=4, progress=False)
+    kept = train_sft(
+        model_factory(), sft_data, config, output_dir=tmp_path / "x", device=EXACT, save_model=False
+    )
+    assert kept.step == 6 and not (tmp_path / "x" / "model").exists()
+    assert (tmp_path / "x" / "metrics.jsonl").is_file()

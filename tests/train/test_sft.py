@@ -18,11 +18,18 @@ def config(**kw) -> SftConfig:
     return build(SftConfig, merge({"batch_size": 4, "progress": False, "optim": {"lr": 3e-3}}, kw))
 
 
-def sft(model, examples, tmp_path, *, eval_examples=(), device="auto", **kw) -> TrainResult:
+def sft(
+    model, examples, tmp_path, *, eval_examples=(), device="auto", stop_after_steps=None, **kw
+) -> TrainResult:
     """`train_sft` into `tmp_path/sft` with `config(**kw)`."""
-    out = tmp_path / "sft"
     return train_sft(
-        model, examples, config(**kw), output_dir=out, eval_examples=eval_examples, device=device
+        model,
+        examples,
+        config(**kw),
+        output_dir=tmp_path / "sft",
+        eval_examples=eval_examples,
+        device=device,
+        stop_after_steps=stop_after_steps,
     )
 
 
@@ -65,7 +72,7 @@ def test_stopped_and_resumed_run_gives_the_same_losses(tmp_path, model_factory, 
     straight = sft(model_factory(), sft_data, tmp_path / "a", **kw)
 
     # Mid-epoch, after a checkpoint at 4.
-    cut = merge(kw, {"checkpoints": {"stop_after_steps": 5}})
+    cut = {**kw, "stop_after_steps": 5}
     first = sft(model_factory(), sft_data, tmp_path / "b", **cut)
     assert first.step == 5 and not (tmp_path / "b" / "sft" / "model").exists()
     # The new process starts from a different random model: the checkpoint must overwrite it.
@@ -81,7 +88,7 @@ def test_lora_changes_only_the_adapters_and_saves_merged(tmp_path, model_factory
     model = model_factory()
     before = cpu_state(model)
     kw = dict(epochs=1, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]})
-    part = sft(model, sft_data, tmp_path, checkpoints={"stop_after_steps": 3}, **kw)
+    part = sft(model, sft_data, tmp_path, stop_after_steps=3, **kw)
     trainable = {n for n, p in part.model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
     state = cpu_state(part.model)
@@ -120,7 +127,7 @@ def test_train_layers_moves_only_the_top_layers(tmp_path, model_factory, sft_dat
         tmp_path / "lora",
         compute={"train_layers": 1},
         lora={"r": 4, "alpha": 8},
-        checkpoints={"stop_after_steps": 2},
+        stop_after_steps=2,
     )
     adapted = {n for n, p in lora.model.named_parameters() if p.requires_grad}
     assert adapted and all(top in n and "lora_" in n for n in adapted)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from coevo.analysis.outcomes import OUTCOMES
-from coevo.analysis.paired import paired, paired_markdown
+from coevo.analysis.paired import markdown_table, paired, paired_markdown
 from coevo.analysis.runs import read_run, read_runs
 
 __all__ = ["METRICS", "cell", "compare", "read_run", "to_markdown"]
@@ -237,30 +237,32 @@ def to_markdown(tables: dict[str, Any]) -> str:
             "",
             "### Exploration outcomes (% of rollouts, mean over explorations and seeds)",
             "",
-            "| method / agent | " + " | ".join(out_columns) + " |",
-            "| --- |" + " --- |" * len(out_columns),
+            *markdown_table(
+                ["method / agent", *out_columns],
+                [
+                    [name, *_shares(cells, out_columns)]
+                    for name, cells in tables["outcomes"].items()
+                ],
+            ),
         ]
-        for name, cells in tables["outcomes"].items():
-            lines.append(f"| {name} | {_shares(cells, out_columns)} |")
         per_iteration = tables.get("outcomes_per_iteration") or {}
         if any(len(its) > 1 for its in per_iteration.values()):
             # An agent's later explorations come after its DPO: the paper's Table 2 effect shows
             # there, not in the first (both agents then plain SFT agents).
+            rows = [
+                [name, str(i), *_shares(cells, out_columns)]
+                for name, its in per_iteration.items()
+                for i, cells in its.items()
+            ]
             lines += [
                 "",
                 "### Exploration outcomes per iteration (% of rollouts, mean over seeds)",
                 "",
-                "| method / agent | iteration | " + " | ".join(out_columns) + " |",
-                "| --- | --- |" + " --- |" * len(out_columns),
+                *markdown_table(["method / agent", "iteration", *out_columns], rows),
             ]
-            for name, its in per_iteration.items():
-                for i, cells in its.items():
-                    lines.append(f"| {name} | {i} | {_shares(cells, out_columns)} |")
     return "\n".join(lines) + "\n"
 
 
-def _shares(cells: dict[str, list[float]], columns: list[str]) -> str:
+def _shares(cells: dict[str, list[float]], columns: list[str]) -> list[str]:
     """Outcome shares as table cells: % mean over the explorations behind each, `-` for none."""
-    return " | ".join(
-        f"{statistics.fmean(cells[c]) * 100:.1f}" if cells.get(c) else "-" for c in columns
-    )
+    return [f"{statistics.fmean(cells[c]) * 100:.1f}" if cells.get(c) else "-" for c in columns]

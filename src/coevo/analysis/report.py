@@ -245,6 +245,13 @@ def _section(title: str, body: str) -> str:
     return f"<h2>{_e(title)}</h2>{body}"
 
 
+def _table_section(title: str, head: list[str], rows: list[list[Any]], id_: str, note: str) -> str:
+    """A section of one table and its note; nothing at all when there are no rows."""
+    if not rows:
+        return ""
+    return _section(title, _table(head, rows, id_=id_) + f'<p class="note">{note}</p>')
+
+
 # -- sections ---------------------------------------------------------------------------
 
 
@@ -461,18 +468,15 @@ def _signal(runs: list[RunSummary], signal: dict[str, list[tuple[str, GrpoRecord
                 f"{skipped} of {len(r.no_signal)}",
                 " ".join(f"{share * 100:.0f}" for share in r.no_signal),
             ])  # fmt: skip
-    if not rows:
-        return ""
     head = [
         "method", "seed", "stage", "steps", "groups without signal (%)", "steps skipped",
         "per step (%)",
     ]  # fmt: skip
     note = (
-        '<p class="note">A task group is one task\'s samples in a step; it has no signal when '
-        "they all scored alike (every advantage 0). A step whose groups all lack it skips its "
-        "update.</p>"
+        "A task group is one task's samples in a step; it has no signal when they all scored "
+        "alike (every advantage 0). A step whose groups all lack it skips its update."
     )
-    return _section("GRPO signal", _table(head, rows, id_="grpo-signal") + note)
+    return _table_section("GRPO signal", head, rows, "grpo-signal", note)
 
 
 def _rounds(runs: list[RunSummary]) -> str:
@@ -489,19 +493,17 @@ def _rounds(runs: list[RunSummary]) -> str:
                 run.method, run.seed if run.seed is not None else "-", r.round, steps, r.explorer,
                 *signals, r.explorations, r.candidates, r.verified, rejected, r.train_tasks, share,
             ])  # fmt: skip
-    if not rows:
-        return ""
     head = [
         "method", "seed", "round", "steps", "explorer", "forgetting", "boundary", "rare",
         "explorations", "candidates", "verified", "rejected", "synthesized in train",
         "synthesized share of batches (this round -> next)",
     ]  # fmt: skip
     note = (
-        '<p class="note">Each round: the weakness signals of its GRPO steps, the exploration '
-        "episodes they steered, the candidate tasks synthesized from them, and those the env "
-        "verified (every signal is listed in stages/evolve-&lt;i&gt;/signals.jsonl).</p>"
+        "Each round: the weakness signals of its GRPO steps, the exploration episodes they "
+        "steered, the candidate tasks synthesized from them, and those the env verified (every "
+        "signal is listed in stages/evolve-&lt;i&gt;/signals.jsonl)."
     )
-    return _section("Agent-data rounds", _table(head, rows, id_="rounds") + note)
+    return _table_section("Agent-data rounds", head, rows, "rounds", note)
 
 
 def _examples(runs: list[RunSummary]) -> str:

@@ -3,8 +3,8 @@
 Everything is local: the built-in sql env, the pretrained SmolLM2-135M-Instruct that a registry
 package ships (converted on first use), and at the end the comparison tables, with the reward
 of every method after each iteration, and the report (`coevo report`) in `<out>/report`. Sized
-to finish within about 15 minutes on a 2-core CPU (docs/methods.md, The demo, says what it
-measured and what it shows).
+to finish in minutes on a 2-core CPU (docs/methods.md, The demo, says what it measured and
+what it shows).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ DEMO: dict = {
     # sql: its episodes are half as long as shop's, and tokens are what a CPU pays for.
     "env": {"name": "sql", "train_tasks": 20, "eval_tasks": 12},
     "model": {"name": "smollm2-135m", "max_length": 1024},
-    # One iteration keeps the demo within 15 minutes on 2 cores; iterations=2 for more.
+    # One iteration keeps the demo short on 2 cores; iterations=2 for more.
     "iterations": 1,
     "sft": {"epochs": 3, "batch_size": 8, "optim": {"lr": 1.0e-4, "warmup_ratio": 0.1}},
     # The recipes' DPO lr is 1e-6 over 15-30 steps; the demo's 2-3 steps take 1e-5 to move the

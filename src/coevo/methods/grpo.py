@@ -13,7 +13,6 @@ it (`interval_ends`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -134,10 +133,7 @@ def grpo_stage(
     """
     cfg = run.config
     name = f"grpo-{interval}"
-    config = replace(
-        cfg.grpo,
-        checkpoints=replace(cfg.grpo.checkpoints, stop_after_steps=until, save_final_model=False),
-    )
+    config = cfg.grpo
     trained: dict[str, Any] = {}
 
     def store(step: int, played: list[Trajectory]) -> None:
@@ -170,6 +166,9 @@ def grpo_stage(
             max_length=cfg.model.max_length,
             device=cfg.model.device,
             step_tasks=step_tasks,
+            # Each interval's call ends at its last step; the next resumes the trainer there.
+            stop_after_steps=until,
+            save_model=False,  # this stage saves the model it hands on (below)
         )
         model = copy_for_saving(result.model)
         save_model(model, out / "model", tokenizer)

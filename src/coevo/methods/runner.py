@@ -105,7 +105,7 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
                 quiet=quiet,
                 extends=extending(config),
                 defaults=to_dict(RunConfig()),
-                moved=RunConfig.MOVED,
+                recipe=RunConfig,
                 scratch=(CHECKPOINTS,),  # GRPO's trainer folder is no stage: it keeps them
             )
             (out / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
@@ -118,7 +118,7 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
         processes.barrier("the run directory's set-up")
         if not processes.main:  # the run's files are there now: read, never written, here
             pipeline = Pipeline(
-                out, record, quiet=True, defaults=to_dict(RunConfig()), moved=RunConfig.MOVED
+                out, record, quiet=True, defaults=to_dict(RunConfig()), recipe=RunConfig
             )
             store = Store(out, readonly=True)
         # A finished stage whose trajectories are not in the store (moved aside) runs again.
@@ -170,7 +170,7 @@ def adoptable(source: Path, config: RunConfig) -> tuple[list[str], list[str]]:
         raise ConfigError(f"init_from: {str(source)!r} is not a run directory (no config.yaml).")
     # A key that an earlier coevo did not write has its default (as when a run resumes).
     theirs = merge(
-        to_dict(RunConfig()), upgrade(yaml.safe_load(source_config.read_text()), RunConfig.MOVED)
+        to_dict(RunConfig()), upgrade(yaml.safe_load(source_config.read_text()), RunConfig)
     )
     ours = to_dict(config)
 

@@ -1,9 +1,10 @@
 """Decoding over a fixed-shape key/value cache, so that a step can be compiled and, on CUDA,
 captured once as a CUDA graph and replayed for every token.
 
-Why: a small model decoding on a GPU waits on kernel launches, not on the GPU (64 prompts x
-48 tokens: 5.7 s of CPU against 0.2 s of GPU time, ~56,000 launches). A replayed graph
-launches a whole step at once, and a compiled step has fewer kernels to launch.
+Why: a small model decoding on a GPU waits on kernel launches, not on the GPU (a profiled
+batched decode spent many times more CPU time launching kernels than GPU time running them;
+docs/models.md). A replayed graph launches a whole step at once, and a
+compiled step has fewer kernels to launch.
 
 Why coevo's cache fits: `HFPolicy._prefill` right-aligns every row's real tokens to end at
 slot `total` (pads on the left), so every row writes its next key/value at the same slot,

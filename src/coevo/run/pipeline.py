@@ -71,8 +71,9 @@ class Pipeline:
     `name` heads every stage line (default: the run directory). A run made with another
     recipe is refused unless the two differ only in `extends` keys, each grown (an integer at
     least as large), or in keys the saved recipe lacks whose new value is their default in
-    `defaults` (settings added to coevo since the run was made). A saved recipe's keys that
-    coevo has since moved (`moved`: old dotted key -> new) are read in their new place.
+    `defaults` (settings added to coevo since the run was made). A saved recipe is first
+    brought up to date by `recipe`, the root dataclass of the recipes (`config.upgrade`: the
+    keys it has moved since are read in their new place, those it retired are left out).
     """
 
     def __init__(
@@ -84,12 +85,12 @@ class Pipeline:
         name: str | None = None,
         extends: tuple[str, ...] = (),
         defaults: dict[str, Any] | None = None,
-        moved: dict[str, str] | None = None,
+        recipe: type | None = None,
         scratch: tuple[str, ...] = (),
     ):
         self.run_dir = Path(run_dir)
         self.scratch = scratch
-        self.moved = moved or {}
+        self.recipe = recipe
         self.config = config
         self.hash = config_hash(config)
         self.quiet = quiet
@@ -119,7 +120,7 @@ class Pipeline:
         saved_path = self.run_dir / "config.yaml"
         saved = yaml.safe_load(saved_path.read_text()) if saved_path.is_file() else None
         if isinstance(saved, dict):
-            saved = upgrade(saved, self.moved)
+            saved = upgrade(saved, self.recipe) if self.recipe is not None else saved
         else:
             raise RunDirError(
                 f"{str(self.run_dir)!r} holds a run with another config (hash {recorded}, "

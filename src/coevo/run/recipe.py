@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from coevo.config import ConfigError
+from coevo.config import (
+    ConfigError,
+    build,
+    load,
+    merge,
+    parse_overrides,
+    read_yaml,
+    upgrade,
+)
 from coevo.envs.base import SPLITS
 from coevo.policy.base import Sampling
 from coevo.train.dpo import DpoConfig
 from coevo.train.grpo import GrpoConfig
-from coevo.train.settings import MOVED_INTO_GROUPS
+from coevo.train.settings import MOVED_INTO_GROUPS, RUN_DECIDES
 from coevo.train.sft import SftConfig
 
 
@@ -128,8 +137,8 @@ class ModelSection(ModelSource):
     Scaling out)."""
     cpu_threads: int | None = None
     """torch intra-op threads on the CPU; None picks what was measured fastest for the model
-    on a 2-core VM: 1 for the tiny sizes (3x faster training, 13x faster decoding than 2),
-    2 for smollm2-135m (README, Models), torch's default (all cores) for a local path."""
+    on a 2-core VM: 1 for the tiny sizes, 2 for smollm2-135m (figures in docs/models.md),
+    torch's default (all cores) for a local path."""
 
     def threads(self) -> int | None:
         """The torch thread count to set (None: leave torch's default)."""
@@ -426,6 +435,12 @@ class RunConfig:
     }
     RETIRED: ClassVar[dict[str, str]] = {
         **{
+            f"{section}.{where}{name}": why
+            for section in ("sft", "dpo", "grpo")
+            for name, why in RUN_DECIDES.items()
+            for where in ("", "checkpoints.")
+        },
+        **{
             f"{section}.seed": "the trainers are seeded from the run's `seed` (each stage's "
             "manifest records the seed it trained with)"
             for section in ("sft", "dpo")
@@ -498,29 +513,21 @@ class RunConfig:
                 raise ConfigError(
                     f"eval.splits: unknown split {split!r}; use {', '.join(SPLITS)} or valid."
                 )
-        for name, section in (("sft", self.sft), ("dpo", self.dpo)):
+        for trainer in (self.sft, self.dpo, self.grpo):
             try:
-                section.validate()
+                trainer.validate()
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
-            if not section.checkpoints.save_final_model:
-                raise ConfigError(
-                    f"{name}.checkpoints.save_final_model must stay true in a run: each stage "
-                    "hands its model on through RUN_DIR/stages/<stage>/model."
-                )
-            if section.checkpoints.stop_after_steps is not None:
-                raise ConfigError(
-                    f"{name}.checkpoints.stop_after_steps must stay null in a run: a stage "
-                    "stopped early writes no model for the next stage (stop the run with "
-                    "Ctrl-C instead: rerunning it resumes from the last checkpoint)."
-                )
-        try:
-            self.grpo.validate()
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
         self.agent_data.validate()
-        if not self.grpo.checkpoints.resume:
-            raise ConfigError(
-                "grpo.checkpoints.resume must stay true in a run: each evaluation interval "
-                "resumes the GRPO run where the one before stopped."
-            )
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """The recipe in YAML file `path` with dotted `overrides` (`config.load`). A run
+    directory's own `config.yaml` (beside its `run.json`), which an earlier coevo may have
+    written, is first brought up to date (`config.upgrade`), so `coevo run RUN_DIR/config.yaml
+    --out RUN_DIR` resumes any run; a recipe someone wrote is told what moved instead."""
+    path = Path(path)
+    if not (path.parent / "run.json").is_file():
+        return load(RunConfig, path, overrides)
+    values = merge(upgrade(read_yaml(path), RunConfig), parse_overrides(overrides or []))
+    return build(RunConfig, values)

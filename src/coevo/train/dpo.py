@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import gather_object, set_seed
-from torch.utils.data import DataLoader
+from accelerate.utils import gather_object
 
 from coevo.attention import sdpa_backends
+from coevo.train import loop
 from coevo.train.batches import (
     DpoExample,
     LengthBatches,
@@ -35,44 +34,15 @@ from coevo.train.batches import (
     collate_dpo,
     collate_forked,
 )
-from coevo.train.loop import (
-    CHECKPOINTS,
-    CheckpointDir,
-    Meter,
-    TrainResult,
-    clip,
-    finish,
-    global_sum,
-    make_accelerator,
-    make_optimizer,
-    make_scheduler,
-    progress_bar,
-    sync_unless,
-    windows,
-)
 from coevo.train.losses import dpo_loss
-from coevo.train.model import (
-    AgentLogps,
-    frozen_copy,
-    load_model,
-    reference_forward,
-    trainable,
-)
-from coevo.train.settings import (
-    Checkpoints,
-    Compute,
-    Lora,
-    Optim,
-    Tracking,
-    check_trainer,
-    settings_record,
-)
+from coevo.train.model import reference_forward
+from coevo.train.settings import Optim, TrainerConfig
 
 REFERENCE_FILE = "reference_logps.json"
 
 
 @dataclass(frozen=True)
-class DpoConfig:
+class DpoConfig(TrainerConfig):
     """Settings of one DPO run (defaults: ETO / the paper's preference phases)."""
 
     beta: float = 0.1
@@ -96,20 +66,15 @@ class DpoConfig:
     shared_prefix: bool = True
     """Compute the tokens a pair's two sides open with once, not twice (same results up to
     float rounding; SDPA models without a sliding window, else rows as usual)."""
-    progress: bool = True
-    """Show rich progress bars (reference log-probs, then training)."""
     optim: Optim = field(
         default_factory=lambda: Optim(lr=1e-6, warmup_ratio=0.1, schedule="constant")
     )
     """AdamW and its schedule (paper: lr 1e-6, later iterations 5e-7; 10% warm-up, constant)."""
-    lora: Lora = field(default_factory=Lora)
-    checkpoints: Checkpoints = field(default_factory=Checkpoints)
-    compute: Compute = field(default_factory=Compute)
-    tracking: Tracking = field(default_factory=Tracking)
-    """Experiment trackers beside metrics.jsonl (`tracking.log_with: tensorboard`); off."""
+
+    COUNTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "grad_accum")
 
     def validate(self) -> None:
-        check_trainer(self, ("epochs", "batch_size", "grad_accum"))
+        super().validate()
         if self.beta <= 0:
             raise ValueError(f"DpoConfig.beta must be > 0, got {self.beta}.")
         if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
@@ -132,125 +97,89 @@ def train_dpo(
     seed: int = 0,
     tokenizer: Any = None,
     device: str = "auto",
-) -> TrainResult:
+    resume: bool = True,
+    stop_after_steps: int | None = None,
+    save_model: bool = True,
+) -> loop.TrainResult:
     """Train `model` (an HF causal LM or its directory) on preference pairs with Eq. 9.
 
     Checkpoints, reference log-probs, `metrics.jsonl` and the final `model/` go to
-    `output_dir`; a rerun with the same directory resumes there. `seed` seeds the data order
-    and every RNG. `device`: `cpu`, or `auto` for accelerate's choice.
+    `output_dir`; a rerun with the same directory resumes there (`resume`, `stop_after_steps`,
+    `save_model`: `coevo.train.loop`). `seed` seeds the data order and every RNG. `device`:
+    `cpu`, or `auto` for accelerate's choice.
     """
-    config.validate()
     if not examples:
         raise ValueError("train_dpo got no pairs; build some with coevo.pairs first.")
     for i, e in enumerate(examples):
         check_seq(e.chosen, f"Chosen side of pair {i}")
         check_seq(e.rejected, f"Rejected side of pair {i}")
-    accelerator = make_accelerator(
-        config.compute,
-        config.tracking,
-        device=device,
-        output_dir=output_dir,
-        settings=settings_record(config, seed),
+    out = loop.begin(
+        config, output_dir, seed, device, resume=resume, stop_after_steps=stop_after_steps
     )
-    set_seed(seed)
-
-    model = load_model(model)
+    accelerator = out.accelerator
     live = config.reference == "live"
-    # Without LoRA a live reference is a frozen copy made before any update; with LoRA the
-    # base model itself is the reference (adapters off), so nothing is copied.
-    ref_net = AgentLogps(frozen_copy(model)) if live and config.lora.r == 0 else None
-    model = trainable(model, config.compute, config.lora)
-    net = AgentLogps(model)
-    forked = config.shared_prefix and all(n.can_fork() for n in (net, ref_net) if n is not None)
+    net, ref_net, optimizer = loop.prepare_model(model, config, accelerator, reference=live)
+    nets = [accelerator.unwrap_model(net), *([ref_net] if ref_net is not None else [])]
+    forked = config.shared_prefix and all(n.can_fork() for n in nets)
     collate = collate_forked if forked else collate_dpo
-    optimizer = make_optimizer(net, config.optim, fused=accelerator.device.type == "cuda")
-    net, optimizer = accelerator.prepare(net, optimizer)
-    if ref_net is not None:
-        ref_net = ref_net.to(accelerator.device)
-
-    out = CheckpointDir(output_dir, accelerator, config.checkpoints)
     if not live:
         # Before resume: the reference is the model as given, never a half-trained one.
-        examples = reference_logps(net, examples, config, accelerator, out.root, collate)
+        examples = reference_logps(net, examples, config, out, collate)
 
-    sampler = LengthBatches([e.length for e in examples], config.batch_size, seed=seed)
-    loader = accelerator.prepare(
-        DataLoader(list(examples), batch_sampler=sampler, collate_fn=collate)
-    )
-    steps_per_epoch = math.ceil(len(loader) / config.grad_accum)
-    total_steps = config.steps or steps_per_epoch * config.epochs
-    scheduler = make_scheduler(accelerator, optimizer, config.optim, total_steps)
+    passes = loop.Passes(examples, [e.length for e in examples], collate, config, accelerator, seed)
+    total_steps = passes.total_steps
+    scheduler = loop.make_scheduler(accelerator, optimizer, config.optim, total_steps)
 
-    step = out.start()
+    step = start = out.start()
     last = out.last_step(total_steps)
-    meter = Meter()
-    with progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
+    meter = loop.Meter()
+    net.train()
+    with loop.progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
         task = bar.add_task("dpo", total=total_steps, completed=step, info="")
-        while step < last:
-            epoch = step // steps_per_epoch
-            sampler.epoch = epoch
-            done = (step - epoch * steps_per_epoch) * config.grad_accum
-            sampler.skip = done * accelerator.num_processes
-            net.train()
-            for window in windows(loader, config.grad_accum):
-                pairs = global_sum(accelerator, sum(len(b["weight"]) for b in window))
-                sums: dict[str, float] = {}
-                for i, batch in enumerate(window):
-                    with sync_unless(accelerator, net, i < len(window) - 1):
-                        logps, tokens = pair_logps(net, batch)
-                        chosen, rejected = logps.chunk(2)
-                        if live:
-                            ref_chosen, ref_rejected = live_reference(
-                                accelerator, net, ref_net, batch
-                            )
-                        else:
-                            ref_chosen, ref_rejected = batch["ref_chosen"], batch["ref_rejected"]
-                        loss = dpo_loss(
-                            chosen,
-                            rejected,
-                            ref_chosen,
-                            ref_rejected,
-                            beta=config.beta,
-                            weights=batch["weight"],
-                            sft_weights=batch["sft_weight"],
-                            chosen_tokens=tokens.chunk(2)[0],
-                            lambda_dpo=config.lambda_dpo,
-                        )
-                        # Mean over the window's pairs on all processes (DDP averages over
-                        # processes, * num_processes undoes it): see losses.py.
-                        accelerator.backward(
-                            loss.per_pair.sum() * accelerator.num_processes / pairs
-                        )
-                    n = len(chosen)
-                    for k, v in loss.metrics().items():
-                        sums[k] = sums.get(k, 0.0) + float(v) * n
-                    sums["tokens"] = sums.get("tokens", 0.0) + float(batch["tokens"])
-                grad_norm = clip(accelerator, net, config.optim)
-                lr = scheduler.get_last_lr()[0]  # the rate this step used
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                tokens_seen = global_sum(accelerator, sums.pop("tokens"))
-                record: dict[str, Any] = {"step": step, "epoch": epoch}
-                record.update({k: global_sum(accelerator, v) / pairs for k, v in sums.items()})
-                record.update(
-                    lr=lr, grad_norm=float(grad_norm), tokens_per_s=meter.rate(int(tokens_seen))
-                )
-                out.log(record)
-                bar.update(
-                    task,
-                    completed=step,
-                    info=f"loss {record['loss']:.4f} acc {record['reward_accuracy']:.2f}",
-                )
-                end_of_epoch = step % steps_per_epoch == 0
-                if out.save_due(step, last):
-                    out.save(step, epoch)
-                if step >= last or end_of_epoch:
-                    break
+        for step, epoch, window in passes.steps(out, start):
+            pairs = loop.global_sum(accelerator, sum(len(b["weight"]) for b in window))
+            sums: dict[str, float] = {}
+            for i, batch in enumerate(window):
+                with loop.sync_unless(accelerator, net, i < len(window) - 1):
+                    logps, tokens = pair_logps(net, batch)
+                    chosen, rejected = logps.chunk(2)
+                    if live:
+                        ref_chosen, ref_rejected = live_reference(accelerator, net, ref_net, batch)
+                    else:
+                        ref_chosen, ref_rejected = batch["ref_chosen"], batch["ref_rejected"]
+                    loss = dpo_loss(
+                        chosen,
+                        rejected,
+                        ref_chosen,
+                        ref_rejected,
+                        beta=config.beta,
+                        weights=batch["weight"],
+                        sft_weights=batch["sft_weight"],
+                        chosen_tokens=tokens.chunk(2)[0],
+                        lambda_dpo=config.lambda_dpo,
+                    )
+                    # Mean over the window's pairs on all processes (DDP averages over
+                    # processes, * num_processes undoes it): see losses.py.
+                    accelerator.backward(loss.per_pair.sum() * accelerator.num_processes / pairs)
+                n = len(chosen)
+                for k, v in loss.metrics().items():
+                    sums[k] = sums.get(k, 0.0) + float(v) * n
+                sums["tokens"] = sums.get("tokens", 0.0) + float(batch["tokens"])
+            grad_norm, lr = loop.optimizer_step(
+                accelerator, net, optimizer, scheduler, config.optim
+            )
+            tokens_seen = loop.global_sum(accelerator, sums.pop("tokens"))
+            record: dict[str, Any] = {"step": step, "epoch": epoch}
+            record.update({k: loop.global_sum(accelerator, v) / pairs for k, v in sums.items()})
+            record.update(lr=lr, grad_norm=grad_norm, tokens_per_s=meter.rate(int(tokens_seen)))
+            bar.update(
+                task,
+                completed=step,
+                info=f"loss {record['loss']:.4f} acc {record['reward_accuracy']:.2f}",
+            )
+            out.step_done(record, epoch, last)
 
-    settings = settings_record(config, seed)
-    return finish(accelerator, net, out, step, total_steps, settings, tokenizer)
+    return loop.finish(net, out, step, total_steps, tokenizer, save=save_model)
 
 
 def pair_logps(net: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -292,8 +221,7 @@ def reference_logps(
     net: Any,
     examples: Sequence[DpoExample],
     config: DpoConfig,
-    accelerator: Accelerator,
-    out_dir: Path,
+    out: loop.CheckpointDir,
     collate: Any = collate_dpo,
 ) -> list[DpoExample]:
     """Examples with their reference log-probs: as given, as stored by the run being resumed,
@@ -304,9 +232,10 @@ def reference_logps(
     """
     if all(e.ref_chosen_logp is not None and e.ref_rejected_logp is not None for e in examples):
         return list(examples)
+    accelerator, out_dir = out.accelerator, out.root
     path = out_dir / REFERENCE_FILE
     key = fingerprint(examples)
-    if config.checkpoints.resume and any((out_dir / CHECKPOINTS).glob("step-*")):
+    if out.resumes and any((out_dir / loop.CHECKPOINTS).glob("step-*")):
         # The model is already part-trained: only the stored reference is the right one.
         stored = json.loads(path.read_text()) if path.exists() else {}
         if stored.get("fingerprint") != key:
@@ -322,7 +251,7 @@ def reference_logps(
     order = LengthBatches([e.length for e in examples], config.batch_size, seed=0, shuffle=False)
     mine = order.batches(0)[accelerator.process_index :: accelerator.num_processes]
     found: list[tuple[int, float, float]] = []
-    with progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
+    with loop.progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
         task = bar.add_task("reference log-probs", total=len(mine), info="")
         for idx in mine:
             batch = collate([examples[i] for i in idx])

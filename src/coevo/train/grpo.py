@@ -44,15 +44,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
 from torch import nn
 
 from coevo.attention import sdpa_backends
 from coevo.seeds import derive
+from coevo.train import loop
 from coevo.train.groups import (
     Episode,
     Player,
@@ -63,43 +63,14 @@ from coevo.train.groups import (
     rollout_seed,
     rollout_stats,
 )
-from coevo.train.loop import (
-    CheckpointDir,
-    TrainResult,
-    clip,
-    console,
-    finish,
-    global_sum,
-    make_accelerator,
-    make_optimizer,
-    make_scheduler,
-    progress_bar,
-    sync_unless,
-)
 from coevo.train.losses import group_advantages, grpo_loss
-from coevo.train.model import (
-    AgentLogps,
-    finish_model,
-    frozen_copy,
-    is_lora,
-    load_model,
-    reference_forward,
-    trainable,
-)
-from coevo.train.settings import (
-    Checkpoints,
-    Compute,
-    Lora,
-    Optim,
-    Tracking,
-    check_trainer,
-    settings_record,
-)
+from coevo.train.model import finish_model, is_lora, reference_forward
+from coevo.train.settings import Checkpoints, Optim, TrainerConfig
 from coevo.trajectory import Task
 
 
 @dataclass(frozen=True)
-class GrpoConfig:
+class GrpoConfig(TrainerConfig):
     """Settings of one GRPO run (defaults: CoEvolve's reported settings for 7B models)."""
 
     steps: int = 120
@@ -131,21 +102,19 @@ class GrpoConfig:
     about 0.1). Over it, a no-gradient trainer forward gives them."""
     eval_every: int = 10
     """(`grpo` method) Evaluate on the test splits every this many steps: one stage each."""
-    progress: bool = True
-    """Show a rich progress bar."""
     optim: Optim = field(
         default_factory=lambda: Optim(lr=1e-6, warmup_ratio=0.0, schedule="constant")
     )
     """AdamW and its schedule, stepped once per GRPO step (CoEvolve: lr 1e-6, constant)."""
-    lora: Lora = field(default_factory=Lora)
     checkpoints: Checkpoints = field(default_factory=lambda: Checkpoints(save_every=10))
-    compute: Compute = field(default_factory=Compute)
-    tracking: Tracking = field(default_factory=Tracking)
-    """Experiment trackers beside metrics.jsonl (`tracking.log_with: tensorboard`); off."""
+
+    COUNTS: ClassVar[tuple[str, ...]] = (
+        *("steps", "tasks_per_step", "samples", "rollout_batch_size", "minibatches"),
+        *("epochs", "micro_batch_size", "eval_every"),
+    )
 
     def validate(self) -> None:
-        counts = ("steps", "tasks_per_step", "samples", "rollout_batch_size", "minibatches")
-        check_trainer(self, (*counts, "epochs", "micro_batch_size", "eval_every"))
+        super().validate()
         if self.kl_coef < 0:
             raise ValueError(f"GrpoConfig.kl_coef must be >= 0 (0: no KL), got {self.kl_coef}.")
         if not self.max_logp_gap >= 0:
@@ -174,7 +143,10 @@ def train_grpo(
     max_length: int | None = None,
     step_tasks: Callable[[int], Sequence[Task]] | None = None,
     device: str = "auto",
-) -> TrainResult:
+    resume: bool = True,
+    stop_after_steps: int | None = None,
+    save_model: bool = True,
+) -> loop.TrainResult:
     """Train `model` (an HF causal LM or its directory) with GRPO on `tasks`.
 
     `step_tasks(step)` picks a step's `tasks_per_step` tasks instead of the seeded passes over
@@ -183,17 +155,14 @@ def train_grpo(
 
     `tokenizer` renders the episodes (the policy's own); `max_length` is the context budget
     they are rendered with (as the rollouts were played). Checkpoints, `metrics.jsonl` and the
-    final `model/` go to `output_dir`; a rerun with the same directory resumes there.
-    `device`: `cpu`, or `auto` for accelerate's choice.
+    final `model/` go to `output_dir`; a rerun with the same directory resumes there (`resume`,
+    `stop_after_steps`, `save_model`: `coevo.train.loop`). `device`: `cpu`, or `auto` for
+    accelerate's choice.
     """
-    config.validate()
-    accelerator = make_accelerator(
-        config.compute,
-        config.tracking,
-        device=device,
-        output_dir=output_dir,
-        settings=settings_record(config, seed),
+    out = loop.begin(
+        config, output_dir, seed, device, resume=resume, stop_after_steps=stop_after_steps
     )
+    accelerator = out.accelerator
     if config.tasks_per_step % accelerator.num_processes:
         raise ValueError(
             f"tasks_per_step={config.tasks_per_step} does not split evenly over "
@@ -204,28 +173,18 @@ def train_grpo(
             f"GRPO got {len(tasks)} train tasks for tasks_per_step={config.tasks_per_step}: "
             "lower tasks_per_step or give more tasks."
         )
-    set_seed(seed)
-
-    model = load_model(model)
     # The reference is the model as given: copied before any update (and before a resumed
     # run loads its checkpoint over the weights). With LoRA the base model is the reference.
-    ref_net = None
-    if config.kl_coef > 0 and config.lora.r == 0:
-        ref_net = AgentLogps(frozen_copy(model))
-    model = trainable(model, config.compute, config.lora)
-    net = AgentLogps(model)
-    optimizer = make_optimizer(net, config.optim, fused=accelerator.device.type == "cuda")
-    net, optimizer = accelerator.prepare(net, optimizer)
-    if ref_net is not None:
-        ref_net = ref_net.to(accelerator.device)
-    scheduler = make_scheduler(accelerator, optimizer, config.optim, config.steps)
+    net, ref_net, optimizer = loop.prepare_model(
+        model, config, accelerator, reference=config.kl_coef > 0
+    )
+    scheduler = loop.make_scheduler(accelerator, optimizer, config.optim, config.steps)
     policy_module = accelerator.unwrap_model(net).model  # what `play` generates with
 
-    out = CheckpointDir(output_dir, accelerator, config.checkpoints)
     step = out.start()
     last = out.last_step(config.steps)
     order = TaskOrder(len(tasks), config.tasks_per_step, seed)
-    with progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
+    with loop.progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
         task = bar.add_task("grpo", total=config.steps, completed=step, info="")
         while step < last:
             step += 1
@@ -252,7 +211,7 @@ def train_grpo(
 
             started = time.perf_counter()
             net.train()
-            if global_sum(accelerator, float(advantages.abs().sum())) > 0:
+            if loop.global_sum(accelerator, float(advantages.abs().sum())) > 0:
                 stats = update(
                     net, ref_net, episodes, config, accelerator, optimizer, seed=seed, step=step
                 )
@@ -262,7 +221,7 @@ def train_grpo(
                 # spend a whole forward and backward pass on a zero policy gradient.
                 stats = {"optimizer_steps": 0, "update_skipped": 1.0}
                 if accelerator.is_main_process:
-                    console.print(
+                    loop.console.print(
                         f"[yellow]grpo step {step}: every task's {config.samples} episodes "
                         "scored alike (no signal): update skipped[/]"
                     )
@@ -274,10 +233,10 @@ def train_grpo(
             record.update(rollout_stats(accelerator, played, rewards, groups, config.samples))
             record.update(stats)
             record["context_cut"] = (
-                global_sum(accelerator, sum(not e.full_context for e in episodes))
+                loop.global_sum(accelerator, sum(not e.full_context for e in episodes))
                 / record["episodes"]
             )
-            trained = global_sum(accelerator, sum(len(e.input_ids) for e in episodes))
+            trained = loop.global_sum(accelerator, sum(len(e.input_ids) for e in episodes))
             sampled = record["sampled_tokens"]
             record.update(
                 rollout_s=rollout_s,
@@ -286,18 +245,15 @@ def train_grpo(
                 update_tokens_per_s=trained * config.epochs / max(update_s, 1e-9),
                 tokens_per_s=trained / max(rollout_s + update_s, 1e-9),
             )
-            out.log(record)
             bar.update(
                 task,
                 completed=step,
                 info=f"reward {record['reward_mean']:.3f} success {record['success_rate']:.2f} "
                 f"no-signal {record['no_signal']:.2f}",
             )
-            if out.save_due(step, last):
-                out.save(step, 0)
+            out.step_done(record, 0, last)
 
-    settings = settings_record(config, seed)
-    return finish(accelerator, net, out, step, config.steps, settings, tokenizer)
+    return loop.finish(net, out, step, config.steps, tokenizer, save=save_model)
 
 
 def update(
@@ -327,7 +283,7 @@ def update(
         rng.shuffle(order)
         for m, part in enumerate(split(order, config.minibatches)):
             on_policy = epoch == 0 and m == 0
-            tokens = global_sum(accelerator, sum(episodes[i].tokens for i in part))
+            tokens = loop.global_sum(accelerator, sum(episodes[i].tokens for i in part))
             if tokens == 0:
                 continue  # no agent token anywhere in this minibatch: nothing to step on
             # Similar lengths share a micro-batch: less padding.
@@ -337,7 +293,7 @@ def update(
             for i, idx in enumerate(micro):
                 batch = collate([episodes[j] for j in idx], accelerator.device)
                 mask = batch["action_mask"][:, 1:]  # (batch, seq - 1): token t + 1 is scored
-                with sync_unless(accelerator, net, i < len(micro) - 1):
+                with loop.sync_unless(accelerator, net, i < len(micro) - 1):
                     logps, entropy = net(
                         batch["input_ids"],
                         batch["attention_mask"],
@@ -376,11 +332,11 @@ def update(
                         add(sums, key, float(value))
                 add(sums, "entropy", float(entropy.sum()))
                 total_tokens += n
-            grad_norms.append(float(clip(accelerator, net, config.optim)))
+            grad_norms.append(float(loop.clip(accelerator, net, config.optim)))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-    tokens_seen = global_sum(accelerator, total_tokens)
-    stats = {k: global_sum(accelerator, v) / max(tokens_seen, 1.0) for k, v in sums.items()}
+    tokens_seen = loop.global_sum(accelerator, total_tokens)
+    stats = {k: loop.global_sum(accelerator, v) / max(tokens_seen, 1.0) for k, v in sums.items()}
     stats["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else 0.0
     stats["optimizer_steps"] = len(grad_norms)
     stats["sampled_logp_gap"] = gap

@@ -1,7 +1,16 @@
-"""What the SFT and DPO loops share: accelerator, optimizer and schedule, windows of
-micro-batches, checkpoints with resume, the metrics history and the progress bar.
+"""What the trainers (SFT, DPO, GRPO) share: the start of a call (`begin`: accelerator, seeds,
+output directory), the model to train and its optimizer (`prepare_model`), the optimizer step,
+the steps of passes over the data with resume (`Passes`), checkpoints, the metrics history, the
+progress bar, and the end (`finish`).
 
-Each helper takes the settings group it needs (`coevo.train.settings`).
+What a call decides, as opposed to its settings, is an argument of every `train_*`:
+- `resume` (default true): continue from the newest checkpoint in `output_dir`; false starts
+  over there;
+- `stop_after_steps`: end this call after that optimizer step, with a checkpoint, as if cut
+  off; the schedule still spans the whole run, so a later call with the same directory
+  finishes the job (GRPO's evaluation intervals are such calls);
+- `save_model` (default true): write the trained (LoRA-merged) model to `output_dir/model`
+  once the run is complete.
 
 Checkpoints are written every `save_every` steps and every `save_every_minutes`, whichever
 comes first, so a kill costs minutes of training at most. A checkpoint lists its files with
@@ -15,7 +24,7 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,20 +32,34 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import set_seed
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import Progress
 from torch import nn
+from torch.utils.data import DataLoader
 
-from coevo.train.model import finish_model, is_lora, mixed_precision, save_model
-from coevo.train.settings import Checkpoints, Compute, Optim, Schedule, Tracking
+from coevo.progress import bar
+from coevo.train.batches import LengthBatches
+from coevo.train.model import (
+    AgentLogps,
+    finish_model,
+    frozen_copy,
+    is_lora,
+    load_model,
+    mixed_precision,
+    save_model,
+    trainable,
+)
+from coevo.train.settings import (
+    Checkpoints,
+    Compute,
+    Optim,
+    Schedule,
+    Tracking,
+    TrainerConfig,
+    settings_record,
+)
 
 SCHEDULES: tuple[Schedule, ...] = ("cosine", "constant", "linear")
 STATE_FILE = "trainer_state.json"
@@ -54,6 +77,58 @@ console = Console(stderr=True)
 
 class CheckpointError(RuntimeError):
     """The newest checkpoint failed to load part-way and no complete one is left to fall back on."""
+
+
+def begin(
+    config: TrainerConfig,
+    output_dir: str | Path,
+    seed: int,
+    device: str,
+    *,
+    resume: bool = True,
+    stop_after_steps: int | None = None,
+) -> CheckpointDir:
+    """The start of a trainer's call: `config` checked, one accelerator (`make_accelerator`),
+    every RNG seeded with `seed`, and the output directory that the call's checkpoints and
+    metrics go to (its `accelerator` is the call's)."""
+    config.validate()
+    if stop_after_steps is not None and (
+        isinstance(stop_after_steps, bool)
+        or not isinstance(stop_after_steps, int)
+        or stop_after_steps < 1
+    ):
+        raise ValueError(f"stop_after_steps must be a whole number >= 1, got {stop_after_steps!r}.")
+    settings = settings_record(config, seed)
+    accelerator = make_accelerator(
+        config.compute, config.tracking, device=device, output_dir=output_dir, settings=settings
+    )
+    set_seed(seed)
+    return CheckpointDir(
+        output_dir,
+        accelerator,
+        config.checkpoints,
+        resume=resume,
+        stop_after_steps=stop_after_steps,
+        record=settings,
+    )
+
+
+def prepare_model(
+    model: Any, config: TrainerConfig, accelerator: Accelerator, *, reference: bool = False
+) -> tuple[nn.Module, nn.Module | None, torch.optim.Optimizer]:
+    """(the model to train as a prepared `AgentLogps`, the frozen reference or None, AdamW).
+
+    `reference`: the model as given, before any update, stays as the reference: a frozen copy,
+    or with LoRA nothing (the base model with the adapters off is the reference, so None).
+    """
+    model = load_model(model)
+    ref_net = AgentLogps(frozen_copy(model)) if reference and config.lora.r == 0 else None
+    net = AgentLogps(trainable(model, config.compute, config.lora))
+    optimizer = make_optimizer(net, config.optim, fused=accelerator.device.type == "cuda")
+    net, optimizer = accelerator.prepare(net, optimizer)
+    if ref_net is not None:
+        ref_net = ref_net.to(accelerator.device)
+    return net, ref_net, optimizer
 
 
 def make_accelerator(
@@ -157,6 +232,19 @@ def clip(accelerator: Accelerator, net: nn.Module, optim: Optim) -> torch.Tensor
     return torch.tensor(float("nan"))
 
 
+def optimizer_step(
+    accelerator: Accelerator, net: nn.Module, optimizer: Any, scheduler: Any, optim: Optim
+) -> tuple[float, float]:
+    """Clip, step the optimizer and the schedule, clear the gradients: (gradient norm, the
+    learning rate this step used)."""
+    grad_norm = clip(accelerator, net, optim)
+    lr = scheduler.get_last_lr()[0]
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(grad_norm), lr
+
+
 def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
     """Multiplier of the base learning rate at each step: linear warm-up, then the schedule."""
     if schedule not in SCHEDULES:
@@ -193,6 +281,47 @@ def windows(batches: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield window
 
 
+class Passes:
+    """Optimizer steps over passes of length-grouped micro-batches (SFT, DPO): `grad_accum`
+    micro-batches of `batch_size` examples a step, each pass shuffled anew
+    (`batches.LengthBatches`), `epochs` passes, or `steps` steps in all where the config
+    has them (the last pass cut short)."""
+
+    def __init__(
+        self,
+        examples: Sequence[Any],
+        lengths: Sequence[int],
+        collate: Callable[[list[Any]], dict[str, torch.Tensor]],
+        config: Any,
+        accelerator: Accelerator,
+        seed: int,
+    ) -> None:
+        self.accelerator = accelerator
+        self.grad_accum = config.grad_accum
+        self.sampler = LengthBatches(lengths, config.batch_size, seed=seed)
+        loader = DataLoader(list(examples), batch_sampler=self.sampler, collate_fn=collate)
+        self.loader = accelerator.prepare(loader)
+        self.steps_per_epoch = math.ceil(len(self.loader) / self.grad_accum)
+        steps = getattr(config, "steps", None)
+        self.total_steps = steps or self.steps_per_epoch * config.epochs
+
+    def steps(self, out: CheckpointDir, start: int) -> Iterator[tuple[int, int, list[Any]]]:
+        """(step, epoch, window of micro-batches) for each optimizer step after `start` up to
+        the call's last (`out.last_step`); a run resumed mid-pass skips the pass's finished
+        steps, so it sees what an unbroken one did."""
+        step, last = start, out.last_step(self.total_steps)
+        while step < last:
+            epoch = step // self.steps_per_epoch
+            self.sampler.epoch = epoch
+            done = (step - epoch * self.steps_per_epoch) * self.grad_accum
+            self.sampler.skip = done * self.accelerator.num_processes
+            for window in windows(self.loader, self.grad_accum):
+                step += 1
+                yield step, epoch, window
+                if step >= last or step % self.steps_per_epoch == 0:
+                    break
+
+
 def sync_unless(accelerator: Accelerator, model: nn.Module, accumulating: bool) -> Any:
     """Skip the gradient all-reduce on all but the last micro-batch of a window."""
     return accelerator.no_sync(model) if accumulating else nullcontext()
@@ -208,11 +337,22 @@ class CheckpointDir:
     """A trainer's output directory: checkpoints (`checkpoints/step-N`) and `metrics.jsonl`."""
 
     def __init__(
-        self, out_dir: str | Path, accelerator: Accelerator, settings: Checkpoints
+        self,
+        out_dir: str | Path,
+        accelerator: Accelerator,
+        settings: Checkpoints,
+        *,
+        resume: bool = True,
+        stop_after_steps: int | None = None,
+        record: dict[str, Any] | None = None,
     ) -> None:
         self.root = Path(out_dir)
         self.accelerator = accelerator
         self.settings = settings
+        self.resumes = resume
+        self.stop_after_steps = stop_after_steps
+        self.record = record or {}
+        """What the run trains with (`settings.settings_record`), written beside its model."""
         self.keep = max(1, settings.save_total_limit)
         self.metrics_path = self.root / "metrics.jsonl"
         self.history: list[dict[str, Any]] = []
@@ -222,12 +362,12 @@ class CheckpointDir:
         accelerator.wait_for_everyone()
 
     def start(self) -> int:
-        """The step to start from: the resumed checkpoint's (`settings.resume`), else 0."""
-        return self.resume() if self.settings.resume else self.reset()
+        """The step to start from: the resumed checkpoint's (`resume`), else 0."""
+        return self.resume() if self.resumes else self.reset()
 
     def last_step(self, total_steps: int) -> int:
         """The step this call ends after: the last, or `stop_after_steps` if sooner."""
-        stop = self.settings.stop_after_steps
+        stop = self.stop_after_steps
         return total_steps if stop is None else min(total_steps, stop)
 
     def save_due(self, step: int, last: int) -> bool:
@@ -237,6 +377,12 @@ class CheckpointDir:
             or step == last
             or self.due(self.settings.save_every_minutes)
         )
+
+    def step_done(self, record: dict[str, Any], epoch: int, last: int) -> None:
+        """Log step `record["step"]`'s record and checkpoint when one is due."""
+        self.log(record)
+        if self.save_due(record["step"], last):
+            self.save(record["step"], epoch)
 
     def checkpoints(self) -> list[tuple[int, Path]]:
         found = []
@@ -373,15 +519,8 @@ def incomplete(path: Path) -> str | None:
 
 
 def progress_bar(accelerator: Accelerator, enabled: bool) -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("steps {task.fields[info]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        disable=not (enabled and accelerator.is_main_process),
-    )
+    """The bar of a trainer's steps (`coevo.progress.bar`), drawn by the main process only."""
+    return bar("steps {task.fields[info]}", enabled=enabled and accelerator.is_main_process)
 
 
 class Meter:
@@ -413,16 +552,16 @@ class TrainResult:
 
 
 def finish(
-    accelerator: Accelerator,
     net: nn.Module,
     out: CheckpointDir,
     step: int,
     total_steps: int,
-    settings: dict[str, Any],
     tokenizer: Any,
+    *,
+    save: bool = True,
 ) -> TrainResult:
-    """Hand back the unwrapped model; once the run is complete, merge LoRA and save it with
-    `settings` (what it trained with: `settings.settings_record`) as `train_config.json`."""
+    """Hand back the unwrapped model; once the run is complete, merge LoRA and (`save`) save it with what it trained with (`out.record`) as `train_config.json`."""
+    accelerator = out.accelerator
     accelerator.wait_for_everyone()
     # Close the trackers, if any, so their files are complete (not `end_training`: it would
     # also end the process group that a run of several stages goes on using).
@@ -430,15 +569,15 @@ def finish(
         tracker.finish()
     model = accelerator.unwrap_model(net).model
     if step >= total_steps:
-        if is_lora(model) and out.settings.save_final_model and accelerator.is_main_process:
+        if is_lora(model) and save and accelerator.is_main_process:
             # The adapters alone too, before they are merged: what a generation server loads
             # by name to serve this stage's weights (coevo.run.serving).
             model.save_pretrained(out.root / "adapter")
         model = finish_model(model)
-        if out.settings.save_final_model and accelerator.is_main_process:
+        if save and accelerator.is_main_process:
             final = out.root / "model"
             save_model(model, final, tokenizer)
-            config_json = json.dumps(settings, indent=2, default=list)
+            config_json = json.dumps(out.record, indent=2, default=list)
             (final / "train_config.json").write_text(config_json)
     accelerator.wait_for_everyone()
     return TrainResult(model=model, history=list(out.history), step=step, output_dir=out.root)

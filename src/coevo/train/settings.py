@@ -1,7 +1,7 @@
 """The settings every trainer shares: optimiser and schedule, LoRA, checkpoints, compute.
 
-Each trainer config (`SftConfig`, `DpoConfig`, and the next trainer's) nests these groups
-rather than repeating their fields, so a setting is written and documented once:
+Each trainer config (`SftConfig`, `DpoConfig`, `GrpoConfig`) is a `TrainerConfig`: it nests
+these groups rather than repeating their fields, so a setting is written and documented once:
 
     SftConfig(optim=Optim(lr=5e-5), lora=Lora(r=16), checkpoints=Checkpoints(save_every=50))
 
@@ -13,7 +13,7 @@ config.lora)`, `loop.CheckpointDir(out, accelerator, config.checkpoints)`).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal
 
 Schedule = Literal["cosine", "constant", "linear"]
 Precision = Literal["auto", "no", "bf16", "fp16"]
@@ -56,23 +56,18 @@ class Lora:
 
 @dataclass(frozen=True)
 class Checkpoints:
-    """When a run saves its state, how many states it keeps, and whether it resumes."""
+    """When a run saves its state and how many states it keeps. Whether a call resumes,
+    stops early or writes its model is the caller's to say: `train_*(resume=...,
+    stop_after_steps=..., save_model=...)` (`coevo.train.loop`)."""
 
     save_every: int = 200
     """Checkpoint every this many optimizer steps; one is always written at the end."""
     save_every_minutes: float = 3.0
     """Also checkpoint once the last checkpoint is this old, so a kill costs minutes of
-    training at most, however far apart `save_every` steps are (0: by steps only). Writing
-    one for SmolLM2-135M (weights and AdamW state, 1.6 GB) took 2.9 s: 1.6% at 3 minutes."""
+    training at most, however far apart `save_every` steps are (0: by steps only). A
+    checkpoint holds the weights and the AdamW state: about 12 bytes per trained weight."""
     save_total_limit: int = 2
     """Checkpoints kept (oldest deleted first)."""
-    resume: bool = True
-    """Continue from the latest checkpoint in the output directory when there is one."""
-    stop_after_steps: int | None = None
-    """End the run after this optimizer step with a checkpoint, as if cut off; the schedule
-    still spans all epochs, so a later run with the same output directory finishes the job."""
-    save_final_model: bool = True
-    """Write the trained (LoRA-merged) model to `<output_dir>/model`."""
 
     def check(self, where: str) -> None:
         for name in ("save_every", "save_total_limit"):
@@ -95,8 +90,8 @@ class Compute:
     """Recompute activations in the backward pass: far less memory, about a third more time."""
     train_layers: int = 0
     """Train only the top N decoder layers (with LoRA: put adapters only there); 0 trains all.
-    The backward pass stops below them: 10 of SmolLM2-135M's 30 layers made a CPU step 2.2x
-    faster. Embeddings (tied to the LM head in small models) stay frozen when N > 0."""
+    The backward pass stops below them, so a step costs much less (measured in
+    benchmarks/results/learning.md). Embeddings (tied to the LM head in small models) stay frozen when N > 0."""
 
     def check(self, where: str) -> None:
         if self.train_layers < 0:
@@ -137,30 +132,49 @@ class Tracking:
                 )
 
 
-class TrainerConfig(Protocol):
-    """What the shared loop helpers read from any trainer's config."""
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The groups every trainer config has (`SftConfig`, `DpoConfig`, `GrpoConfig` add their
+    own settings and may give a group other defaults), and the checks they share."""
 
-    progress: bool
-    optim: Optim
-    lora: Lora
-    checkpoints: Checkpoints
-    compute: Compute
+    progress: bool = True
+    """Show rich progress bars."""
+    optim: Optim = field(default_factory=Optim)
+    """AdamW and its learning-rate schedule."""
+    lora: Lora = field(default_factory=Lora)
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
+    compute: Compute = field(default_factory=Compute)
+    tracking: Tracking = field(default_factory=Tracking)
+    """Experiment trackers beside metrics.jsonl (`tracking.log_with: tensorboard`); off."""
+
+    COUNTS: ClassVar[tuple[str, ...]] = ()
+    """The settings that count something, each >= 1."""
+
+    def validate(self) -> None:
+        """The checks every trainer config shares: its counts and its groups (a subclass adds
+        its own after these)."""
+        name = type(self).__name__
+        for count in self.COUNTS:
+            value = getattr(self, count)
+            if value < 1:
+                raise ValueError(f"{name}.{count} must be >= 1, got {value}.")
+        self.optim.check(f"{name}.optim")
+        self.checkpoints.check(f"{name}.checkpoints")
+        self.compute.check(f"{name}.compute")
+        self.tracking.check(f"{name}.tracking")
 
 
-def check_trainer(config: TrainerConfig, counts: tuple[str, ...]) -> None:
-    """The checks every trainer config shares: its counts (each >= 1) and its groups."""
-    name = type(config).__name__
-    for count in counts:
-        value = getattr(config, count)
-        if value < 1:
-            raise ValueError(f"{name}.{count} must be >= 1, got {value}.")
-    config.optim.check(f"{name}.optim")
-    config.checkpoints.check(f"{name}.checkpoints")
-    config.compute.check(f"{name}.compute")
-    tracking = getattr(config, "tracking", None)  # a trainer without trackers has none
-    if tracking is not None:
-        tracking.check(f"{name}.tracking")
-
+# What a call of a trainer decides, no longer settings: `train_*(resume=..., stop_after_steps=...,
+# save_model=...)`. A recipe that sets one is told so; a run saved with them reads on.
+RUN_DECIDES: dict[str, str] = {
+    name: f"the stage decides it (train_*'s `{arg}` argument); a run resumes after a kill, "
+    "stops with Ctrl-C and always hands its model on"
+    for name, arg in (
+        ("resume", "resume"),
+        ("stop_after_steps", "stop_after_steps"),
+        ("save_final_model", "save_model"),
+    )
+}
 
 # Where the settings of a trainer config went when they moved into the groups (old -> new),
 # so a recipe written before names the new place rather than failing as a typo.
@@ -170,14 +184,7 @@ MOVED_INTO_GROUPS: dict[str, str] = {
     **{f"lora_{name}": f"lora.{name}" for name in ("r", "alpha", "dropout", "target_modules")},
     **{
         name: f"checkpoints.{name}"
-        for name in (
-            "save_every",
-            "save_every_minutes",
-            "save_total_limit",
-            "resume",
-            "stop_after_steps",
-            "save_final_model",
-        )
+        for name in ("save_every", "save_every_minutes", "save_total_limit")
     },
     **{
         name: f"compute.{name}"

@@ -10,46 +10,21 @@ the whole window, clip, AdamW, schedule; log, eval, checkpoint; finally the merg
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-from accelerate.utils import set_seed
-from torch.utils.data import DataLoader
 
 from coevo.attention import sdpa_backends
+from coevo.train import loop
 from coevo.train.batches import LengthBatches, TokenSeq, check_seq, collate_packed, collate_sft
-from coevo.train.loop import (
-    CheckpointDir,
-    Meter,
-    TrainResult,
-    clip,
-    finish,
-    global_sum,
-    make_accelerator,
-    make_optimizer,
-    make_scheduler,
-    progress_bar,
-    sync_unless,
-    windows,
-)
-from coevo.train.model import AgentLogps, trainable
-from coevo.train.settings import (
-    Checkpoints,
-    Compute,
-    Lora,
-    Optim,
-    Tracking,
-    check_trainer,
-    settings_record,
-)
+from coevo.train.settings import Optim, TrainerConfig
 
 
 @dataclass(frozen=True)
-class SftConfig:
+class SftConfig(TrainerConfig):
     """Settings of one SFT run (defaults: the paper's Appendix B where they apply)."""
 
     epochs: int = 3
@@ -62,24 +37,16 @@ class SftConfig:
     """Send each micro-batch through the model as one row, its sequences one after another
     with positions restarting, attention kept within each (`collate_packed`): no pads, one
     forward call, the same loss and gradients up to float rounding. SDPA models without a
-    sliding window; others take padded rows as usual. On the CPU 0.5-7% faster than padded
+    sliding window; others take padded rows as usual. On the CPU a little faster than padded
     length-grouped batches (benchmarks/results/model_speed.md); on CUDA one varlen flash
     call per layer. None (auto): packed on the CPU, padded on a GPU until the varlen path
     has been measured there (issue 37); true or false chooses."""
     eval_every: int = 0
     """Eval loss every this many steps (0: at the end of each epoch); needs eval examples."""
-    progress: bool = True
-    """Show a rich progress bar."""
     optim: Optim = field(default_factory=Optim)
     """AdamW and its schedule (paper: lr 1e-5, 3% warm-up, cosine)."""
-    lora: Lora = field(default_factory=Lora)
-    checkpoints: Checkpoints = field(default_factory=Checkpoints)
-    compute: Compute = field(default_factory=Compute)
-    tracking: Tracking = field(default_factory=Tracking)
-    """Experiment trackers beside metrics.jsonl (`tracking.log_with: tensorboard`); off."""
 
-    def validate(self) -> None:
-        check_trainer(self, ("epochs", "batch_size", "grad_accum"))
+    COUNTS: ClassVar[tuple[str, ...]] = ("epochs", "batch_size", "grad_accum")
 
 
 def train_sft(
@@ -92,99 +59,81 @@ def train_sft(
     eval_examples: Sequence[TokenSeq] = (),
     tokenizer: Any = None,
     device: str = "auto",
-) -> TrainResult:
+    resume: bool = True,
+    stop_after_steps: int | None = None,
+    save_model: bool = True,
+) -> loop.TrainResult:
     """Fine-tune `model` (an HF causal LM or its directory) on the agent tokens of `examples`.
 
     `device`: `cpu`, or `auto` for accelerate's choice (`coevo.train.loop.make_accelerator`).
 
     Checkpoints, `metrics.jsonl` and the final `model/` go to `output_dir`, and a rerun with
-    the same directory resumes there. `seed` seeds the data order and every RNG: two runs with
-    one seed are identical.
+    the same directory resumes there (`resume`, `stop_after_steps`, `save_model`:
+    `coevo.train.loop`). `seed` seeds the data order and every RNG: two runs with one seed are
+    identical.
     """
-    config.validate()
     if not examples:
         raise ValueError("train_sft got no examples; render some trajectories first.")
     for i, e in enumerate([*examples, *eval_examples]):
         check_seq(e, f"SFT example {i}")
-    accelerator = make_accelerator(
-        config.compute,
-        config.tracking,
-        device=device,
-        output_dir=output_dir,
-        settings=settings_record(config, seed),
+    out = loop.begin(
+        config, output_dir, seed, device, resume=resume, stop_after_steps=stop_after_steps
     )
-    set_seed(seed)
-
-    model = trainable(model, config.compute, config.lora)
-    net = AgentLogps(model)
-    optimizer = make_optimizer(net, config.optim, fused=accelerator.device.type == "cuda")
-    sampler = LengthBatches([len(e.input_ids) for e in examples], config.batch_size, seed=seed)
+    accelerator = out.accelerator
+    net, _, optimizer = loop.prepare_model(model, config, accelerator)
     packed = accelerator.device.type == "cpu" if config.packing is None else config.packing
-    collate = collate_packed if packed and net.can_fork() else collate_sft
-    loader = DataLoader(list(examples), batch_sampler=sampler, collate_fn=collate)
-    net, optimizer, loader = accelerator.prepare(net, optimizer, loader)
-    steps_per_epoch = math.ceil(len(loader) / config.grad_accum)
-    total_steps = steps_per_epoch * config.epochs
-    scheduler = make_scheduler(accelerator, optimizer, config.optim, total_steps)
+    fork = accelerator.unwrap_model(net).can_fork()
+    collate = collate_packed if packed and fork else collate_sft
+    lengths = [len(e.input_ids) for e in examples]
+    passes = loop.Passes(examples, lengths, collate, config, accelerator, seed)
+    total_steps = passes.total_steps
+    scheduler = loop.make_scheduler(accelerator, optimizer, config.optim, total_steps)
 
-    out = CheckpointDir(output_dir, accelerator, config.checkpoints)
-    step = out.start()
+    step = start = out.start()
     last = out.last_step(total_steps)
-    meter = Meter()
-    with progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
+    meter = loop.Meter()
+    net.train()
+    with loop.progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
         task = bar.add_task("sft", total=total_steps, completed=step, info="")
-        while step < last:
-            epoch = step // steps_per_epoch
-            sampler.epoch = epoch
-            # Skip the global batches of this epoch's finished steps (resume mid-epoch).
-            done = (step - epoch * steps_per_epoch) * config.grad_accum
-            sampler.skip = done * accelerator.num_processes
-            net.train()
-            for window in windows(loader, config.grad_accum):
-                tokens = global_sum(
-                    accelerator, sum(int(b["action_mask"][:, 1:].sum()) for b in window)
-                )
-                seen = global_sum(accelerator, sum(real_tokens(b) for b in window))
-                # Summed on the device and read once, after the optimizer step is queued: on a
-                # GPU each read waits for all queued work.
-                loss_sum = torch.zeros((), device=accelerator.device)
-                for i, batch in enumerate(window):
-                    with sync_unless(accelerator, net, i < len(window) - 1):
-                        logps, _ = sft_logps(net, batch)
-                        # DDP averages gradients over processes; * num_processes undoes that, so
-                        # the gradient is the NLL summed over all processes / all their tokens.
-                        loss = -logps.sum() * accelerator.num_processes / tokens
-                        accelerator.backward(loss)
-                    loss_sum += -logps.detach().sum()
-                grad_norm = clip(accelerator, net, config.optim)
-                lr = scheduler.get_last_lr()[0]  # the rate this step used
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                record = {
-                    "step": step,
-                    "epoch": epoch,
-                    "loss": global_sum(accelerator, float(loss_sum)) / tokens,
-                    "lr": lr,
-                    "grad_norm": float(grad_norm),
-                    "tokens_per_s": meter.rate(int(seen)),
-                }
-                out.log(record)
-                bar.update(task, completed=step, info=f"loss {record['loss']:.4f}")
-                end_of_epoch = step % steps_per_epoch == 0
-                due = step % config.eval_every == 0 if config.eval_every else end_of_epoch
-                if eval_examples and (due or step == total_steps):
-                    eval_loss = evaluate_sft(net, eval_examples, config.batch_size, accelerator)
-                    out.log({"step": step, "epoch": epoch, "eval_loss": eval_loss})
-                    net.train()
-                if out.save_due(step, last):
-                    out.save(step, epoch)
-                if step >= last or end_of_epoch:
-                    break
+        for step, epoch, window in passes.steps(out, start):
+            tokens = loop.global_sum(
+                accelerator, sum(int(b["action_mask"][:, 1:].sum()) for b in window)
+            )
+            seen = loop.global_sum(accelerator, sum(real_tokens(b) for b in window))
+            # Summed on the device and read once, after the optimizer step is queued: on a
+            # GPU each read waits for all queued work.
+            loss_sum = torch.zeros((), device=accelerator.device)
+            for i, batch in enumerate(window):
+                with loop.sync_unless(accelerator, net, i < len(window) - 1):
+                    logps, _ = sft_logps(net, batch)
+                    # DDP averages gradients over processes; * num_processes undoes that, so
+                    # the gradient is the NLL summed over all processes / all their tokens.
+                    loss = -logps.sum() * accelerator.num_processes / tokens
+                    accelerator.backward(loss)
+                loss_sum += -logps.detach().sum()
+            grad_norm, lr = loop.optimizer_step(
+                accelerator, net, optimizer, scheduler, config.optim
+            )
+            record = {
+                "step": step,
+                "epoch": epoch,
+                "loss": loop.global_sum(accelerator, float(loss_sum)) / tokens,
+                "lr": lr,
+                "grad_norm": grad_norm,
+                "tokens_per_s": meter.rate(int(seen)),
+            }
+            out.log(record)
+            bar.update(task, completed=step, info=f"loss {record['loss']:.4f}")
+            end_of_epoch = step % passes.steps_per_epoch == 0
+            due = step % config.eval_every == 0 if config.eval_every else end_of_epoch
+            if eval_examples and (due or step == total_steps):
+                eval_loss = evaluate_sft(net, eval_examples, config.batch_size, accelerator)
+                out.log({"step": step, "epoch": epoch, "eval_loss": eval_loss})
+                net.train()
+            if out.save_due(step, last):
+                out.save(step, epoch)
 
-    settings = settings_record(config, seed)
-    return finish(accelerator, net, out, step, total_steps, settings, tokenizer)
+    return loop.finish(net, out, step, total_steps, tokenizer, save=save_model)
 
 
 def sft_logps(net: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,4 +173,4 @@ def evaluate_sft(
         logps, n = net(batch["input_ids"], batch["attention_mask"], batch["action_mask"])
         nll -= float(logps.sum())
         tokens += int(n.sum())
-    return global_sum(accelerator, nll) / global_sum(accelerator, tokens)
+    return loop.global_sum(accelerator, nll) / loop.global_sum(accelerator, tokens)

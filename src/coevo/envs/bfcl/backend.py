@@ -24,7 +24,8 @@ from typing import Any
 from coevo.envs.bfcl.calls import Call
 
 # Arguments that make a back-end compute for minutes (measured: logarithm at precision 20,000
-# takes 8 s, square_root at 100,000 22 s; an integer power or round grows with its exponent).
+# and square_root at 100,000 already take seconds, benchmarks/results/env_speed.md; an integer
+# power or round grows with its exponent).
 # The ground truth stays far below these (precision <= 10).
 LIMITS: dict[tuple[str, str], dict[str, float]] = {
     ("MathAPI", "logarithm"): {"precision": 1_000},

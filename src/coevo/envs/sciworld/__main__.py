@@ -16,12 +16,12 @@ import argparse
 from collections import Counter
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from coevo.envs.base import SPLITS, EnvError
 from coevo.envs.sciworld.env import SciWorldEnv, interleave
 from coevo.envs.sciworld.manifest import SHIPPED, manifest_name, write_json_gz
+from coevo.progress import bar as progress_bar
 from coevo.trajectory import Task
 
 
@@ -37,9 +37,7 @@ def validate(env: SciWorldEnv, console: Console, reverse: bool = False) -> None:
     ]  # fmt: skip
     if reverse:  # a second process can work from the other end: the cache is shared
         tasks.reverse()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())  # fmt: skip
-    with Progress(*columns, console=console) as bar:
+    with progress_bar(console=console) as bar:
         job = bar.add_task("gold paths", total=len(tasks))
         for task in tasks:
             bar.update(job, description=f"gold {task.id[9:]:<60}")

@@ -1,7 +1,7 @@
 """The task manifest (tasks, budgets, excluded types, gold verdicts) and the gold-path cache.
 
-Building the task lists needs the JVM: every type's variations, a few gold paths per type (up to
-~15 s each for the genetics types) and every kept task's description. That is minutes of work,
+Building the task lists needs the JVM: every type's variations, a few gold paths per type (the
+genetics types' are the slowest) and every kept task's description. That is minutes of work,
 so it is done once per scienceworld version:
 
 1. a manifest shipped in `data/manifest-<version>-<protocol key>.json.gz` (one per way of

@@ -11,8 +11,8 @@ Porter stemming, the top 50 returned). The query's words are each quoted, so no 
 products that hold every query word found in the catalog come first, ordered by `bm25()`; when
 fewer than 50 do, the BM25 ranking of the OR of the words fills the list. FTS5 evaluates
 `bm25()` on every matching row, and an AND matches few: on the expert's queries over 100,000
-products a search took 12 ms against 54 ms for plain OR (2 loaded cores), and over 5,000
-products the first result was the plain-OR one for 197 of 200 queries (top 10: 9.3 shared).
+products a search took a fraction of plain OR's time (benchmarks/results/env_speed.md), and over
+5,000 products the first result was the plain-OR one for 197 of 200 queries (top 10: 9.3 shared).
 """
 
 from __future__ import annotations

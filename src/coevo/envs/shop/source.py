@@ -11,12 +11,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from coevo.config import coevo_cache
 from coevo.envs.shop.catalog import Catalog, write_catalog
 from coevo.envs.shop.generator import GENERATOR_VERSION, generate_products
+from coevo.progress import bar as progress_bar
 
 CATALOG_FORMAT = 1
 """Part of every cache key: bump it when the catalog file layout changes."""
@@ -42,8 +40,7 @@ def generated_catalog(
             write_catalog(path, products, meta)
         else:
             label = f"building the shop catalog ({n_products:,} products)"
-            columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-            with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+            with progress_bar(stderr=True, transient=True) as bar:
                 job = bar.add_task(label, total=n_products)
                 write_catalog(path, products, meta, progress=lambda n: bar.update(job, completed=n))
     return Catalog(path, cache_size=memory_cache)

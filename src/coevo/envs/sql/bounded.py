@@ -3,14 +3,15 @@
 The progress handler that enforces the time limit runs between virtual-machine instructions,
 and one function call is one instruction. SQLite's length limit makes most builders fail fast
 (zeroblob, randomblob, replace growth, ||, json), but a few calls spend time the limit does not
-see (measured on SQLite 3.40 with 1 MB values):
+see (measured on SQLite 3.40 with 1 MB values; the figures are in
+benchmarks/results/env_speed.md):
 
 - `printf('%.*c', 2000000000, 'x')` loops two billion times even after the result is known
-  to be too big (3 to 5 s per call, then NULL);
+  to be too big (seconds per call, then NULL);
 - `instr` and `replace` compare a pattern at every position: a 400 kB pattern in a 1 MB value
-  takes 5 to 7 s;
+  takes seconds;
 - `trim`, `ltrim` and `rtrim` with a long character set test every set member at every
-  position: 188 s for a 900 kB value and an 80 k-character set.
+  position: minutes for a 900 kB value and an 80 k-character set.
 
 Each is re-registered on the sandbox connection under its own name (an application function
 takes precedence over the built-in of the same name and argument count). The wrapper checks
@@ -26,8 +27,9 @@ import re
 import sqlite3
 from collections.abc import Callable
 
-# Pattern-times-value comparisons one call may make: about 0.1 s for trim's per-character
-# loop (2.4 ns a pair measured), far less for instr and replace (memcmp).
+# Pattern-times-value comparisons one call may make: a fraction of a second for trim's
+# per-character loop (its measured cost a pair is in benchmarks/results/env_speed.md), far
+# less for instr and replace (memcmp).
 MAX_PAIRS = 40_000_000
 
 # One printf conversion, as SQLite's own parser reads it (printf.c): flags, then a width

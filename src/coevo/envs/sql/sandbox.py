@@ -50,7 +50,7 @@ _ALLOWED_ACTIONS = frozenset(
     {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 )
 _MAX_VALUE_BYTES = 1_000_000  # one string or blob; stops randomblob/zeroblob memory bombs
-_PROGRESS_OPS = 2_000  # VM instructions between deadline checks (about 20 us of work)
+_PROGRESS_OPS = 2_000  # VM instructions between deadline checks (a sliver of the time limit)
 
 _SHOW_TABLES = re.compile(r"^show\s+(?:full\s+)?tables\s*;?$", re.IGNORECASE)
 _DESC = re.compile(
