@@ -6,12 +6,20 @@
     python benchmarks/learning.py --sizes recipes --envs shop -- iterations=2   # recipe sizes
     python benchmarks/learning.py --envs shop --methods eto_matched --seeds 1 2  # matched ETO
     python benchmarks/learning.py --report-only                  # tables of every archived run
+    python benchmarks/learning.py --device cuda --envs shop --seeds 0 1  # the GPU grid
 
 The recipes run the pretrained SmolLM2-135M-Instruct (`model.name: smollm2-135m`). By default
 each env's runs get the sizes the grid of benchmarks/results/learning.md was measured at on a
 2-core machine (`MACHINE_SIZES`; `--sizes recipes` runs the recipes as they are, for a GPU
 machine); overrides after `--` come last and win. Sizes and overrides are written into the
 results with the commit.
+
+`--device cuda` runs the GPU grid: the papers' sizes (`--sizes paper`: the recipes as they are,
+i.e. every train task and 3 iterations, with 200 test tasks per split) on the GPU, seeds 0-9 by
+default, in runs/learning-cuda; its tables go to benchmarks/results/learning-cuda.md and its
+archives to benchmarks/results/learning-runs-cuda/, never mixed with the CPU grid's. Each run is
+archived as soon as it finishes, so a grid spread over several machines (or cut off) loses only
+the run in progress: rerun the same command with the archive in place and it goes on.
 
 Each (env, seed) first runs SFT; every other method (RFT, ETO, failure-agent, GRPO, agent_data)
 starts from that SFT policy
@@ -45,7 +53,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import yaml
-from machine import describe
+from machine import check_device, describe, results_file
 
 from coevo.analysis.archive import archive, finished_stages
 from coevo.analysis.claims import claims, claims_markdown
@@ -58,7 +66,6 @@ from coevo.run.console import quiet_libraries
 from coevo.run.recipe import GRPO_METHODS, RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results" / "learning.md"
 # Each grid run's archive (config, manifests, logs, per-task eval rewards; no weights or
 # episodes), committed with the tables so that a fresh clone can tabulate the grid again.
 ARCHIVE = ROOT / "benchmarks" / "results" / "learning-runs"
@@ -68,6 +75,9 @@ SUMMARY = ("<!-- summary:begin -->", "<!-- summary:end -->")
 NOTES = ("<!-- notes:begin -->", "<!-- notes:end -->")
 # ETO with the failure-agent target's number of DPO optimizer steps (`matched_steps`).
 MATCHED = "eto_matched"
+# The papers' sizes on top of the recipes (which already train on every task, 3 iterations):
+# 200 test tasks per split (WebShop's test set; ScienceWorld's and InterCode's are cut to it).
+PAPER = ("env.eval_tasks=200",)
 # The grid's methods when it runs with no --methods, and the order a report lists them in.
 METHODS = ("sft", "rft", "eto", "failure_agent")
 ORDER = (*METHODS, MATCHED, "positive_agent", "frozen_failure", "grpo", "agent_data")
@@ -136,6 +146,10 @@ def sizes(args: argparse.Namespace, env: str, method: str) -> list[str]:
         preset = MACHINE_SIZES.get(env, (*TASKS, *COMMON))
         if method in GRPO_METHODS:
             preset += MACHINE_GRPO.get(env, ())
+    elif args.sizes == "paper":
+        preset = PAPER
+    if getattr(args, "device", "cpu") == "cuda":
+        preset += ("model.device=cuda",)
     return [*preset, *args.overrides]
 
 
@@ -206,7 +220,10 @@ def recipe(args: argparse.Namespace, env: str, method: str, seed: int) -> RunCon
     `eto_matched` run is ETO named so, with the failure-agent target's DPO steps."""
     overrides = [f"seed={seed}", *sizes(args, env, method)]
     if method == MATCHED:
-        runs = args.out / env / f"failure_agent-s{seed}", ARCHIVE / env / f"failure_agent-s{seed}"
+        runs = (
+            args.out / env / f"failure_agent-s{seed}",
+            args.archive / env / f"failure_agent-s{seed}",
+        )
         steps = matched_steps(further(*runs))
         overrides = [f"name={MATCHED}", f"dpo.steps={steps}", *overrides]
         method = "eto"
@@ -220,7 +237,7 @@ def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
             sft_dir = args.out / env / f"sft-s{seed}"
             for method in args.methods:
                 run_dir = args.out / env / f"{method}-s{seed}"
-                kept = ARCHIVE / env / run_dir.name
+                kept = args.archive / env / run_dir.name
                 if not args.report_only:
                     config = recipe(args, env, method, seed)
                     if method != "sft":
@@ -254,7 +271,8 @@ def commit() -> str:
 def described_sizes(args: argparse.Namespace) -> str:
     """The overrides the grid's runs got, per env (and the GRPO methods' extra ones)."""
     if args.sizes != "machine":
-        return f"recipe sizes; overrides {' '.join(args.overrides) or '(none)'}"
+        preset = " ".join(sizes(args, args.envs[0], "sft")) if args.envs else ""
+        return f"{args.sizes} sizes; overrides {preset or '(none)'}"
     parts = []
     for env in args.envs:
         parts.append(f"{env}: {' '.join(sizes(args, env, 'sft'))}")
@@ -283,14 +301,14 @@ def tables(dirs: list[Path]) -> tuple[str, str]:
 def write_results(
     args: argparse.Namespace, dirs: list[Path], timings: list[str], made: tuple[str, str]
 ) -> None:
-    old = RESULTS.read_text() if RESULTS.exists() else ""
+    old = args.results.read_text() if args.results.exists() else ""
     summary = kept(old, SUMMARY, "(no summary yet)")
     notes = kept(old, NOTES, "(no notes yet)")
     text = "\n".join(
         [
             "# Learning benchmark",
             "",
-            f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {describe()} (at the end); "
+            f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {describe(args.device)} (at the end); "
             f"commit {commit()}.",
             f"Grid: envs {' '.join(args.envs)}; methods {' '.join(args.methods)}; seeds "
             f"{' '.join(map(str, args.seeds))}; {described_sizes(args)}.",
@@ -326,7 +344,7 @@ def write_results(
             "",
         ]
     )
-    RESULTS.write_text(text)
+    args.results.write_text(text)
 
 
 def main() -> None:
@@ -338,7 +356,15 @@ def main() -> None:
     parser.add_argument(
         "--seeds", nargs="+", type=int, help="default: 0 1 2 (reports: all archived)"
     )
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "learning")
+    parser.add_argument(
+        "--out", type=Path, help="where the runs go (default: runs/learning, runs/learning-cuda)"
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: the GPU grid (paper sizes, seeds 0-9, results and archives of its own)",
+    )
     parser.add_argument(
         "--no-write", action="store_true", help="Print only: write neither tables nor archives."
     )
@@ -349,10 +375,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--sizes",
-        choices=("machine", "recipes"),
-        default="machine",
-        help="machine: each env at the sizes the recorded grid ran at on 2 CPU cores; recipes: "
-        "the recipes as they are.",
+        choices=("machine", "recipes", "paper"),
+        help="machine (default on cpu): each env at the sizes the recorded grid ran at on 2 CPU "
+        "cores; recipes: the recipes as they are; paper (default on cuda): the recipes with "
+        "200 test tasks per split.",
     )
     parser.add_argument(
         "overrides", nargs="*", help="Recipe overrides for every run (key=value), applied last."
@@ -368,12 +394,22 @@ def main() -> None:
 
 
 def defaults(args: argparse.Namespace) -> None:
-    """Fill in the grid's envs, methods and seeds left out: what the archive holds for a
-    report, else shop and sql, METHODS, seeds 0-2; SFT first (every other method starts from
-    it), eto_matched after failure_agent (it reads that run's steps)."""
-    held = [path.name.rpartition("-s") for path in ARCHIVE.glob("*/*-s*") if path.is_dir()]
+    """Fill in what was left out: the device's results, archive, run folder and sizes; the
+    grid's envs, methods and seeds: what the archive holds for a report, else shop and sql,
+    METHODS, seeds 0-2 (0-9 on cuda); SFT first (every other method starts from it),
+    eto_matched after failure_agent (it reads that run's steps)."""
+    cpu = args.device == "cpu"
+    if not args.report_only:
+        check_device(args.device)
+    args.results = results_file("learning", args.device)
+    args.archive = ARCHIVE if cpu else ARCHIVE.with_name(f"{ARCHIVE.name}-{args.device}")
+    if args.out is None:
+        args.out = ROOT / "runs" / ("learning" if cpu else f"learning-{args.device}")
+    if args.sizes is None:
+        args.sizes = "machine" if cpu else "paper"
+    held = [path.name.rpartition("-s") for path in args.archive.glob("*/*-s*") if path.is_dir()]
     if args.envs is None:
-        found = {path.parent.name for path in ARCHIVE.glob("*/*-s*")}
+        found = {path.parent.name for path in args.archive.glob("*/*-s*")}
         ordered = sorted(found, key=lambda e: (ENVS.index(e) if e in ENVS else len(ENVS), e))
         args.envs = ordered if args.report_only else ["shop", "sql"]
     if args.methods is None:
@@ -382,7 +418,7 @@ def defaults(args: argparse.Namespace) -> None:
         )
     if args.seeds is None:
         found = sorted({int(s) for _, _, s in held if s.isdigit()})
-        args.seeds = found if args.report_only else [0, 1, 2]
+        args.seeds = found if args.report_only else list(range(3 if cpu else 10))
     if "sft" not in args.methods:
         args.methods.insert(0, "sft")
     rank = {m: i for i, m in enumerate(ORDER)}

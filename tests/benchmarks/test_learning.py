@@ -50,7 +50,9 @@ def test_matched_steps_are_the_target_s_dpo_steps(learning, tmp_path):
 
 def test_an_eto_matched_run_is_eto_with_those_steps(learning, tmp_path):
     failure_agent_run(tmp_path / "archive" / "shop" / "failure_agent-s1", {"dpo-1-target": 15})
-    args = Namespace(sizes="machine", overrides=[], out=tmp_path / "runs")
+    args = Namespace(
+        sizes="machine", overrides=[], out=tmp_path / "runs", archive=tmp_path / "archive"
+    )
     config = learning.recipe(args, "shop", "eto_matched", 1)
     assert (config.method, config.name, config.seed) == ("eto", "eto_matched", 1)
     assert config.dpo.steps == 15
@@ -58,10 +60,14 @@ def test_an_eto_matched_run_is_eto_with_those_steps(learning, tmp_path):
     assert learning.recipe(args, "shop", "eto", 1).dpo.steps is None
 
 
+PLAIN = {"device": "cpu", "out": None, "sizes": None, "overrides": []}
+"""A grid's options left at their defaults."""
+
+
 def test_a_report_defaults_to_every_archived_run(learning, tmp_path):
     for name in ("shop/sft-s1", "shop/eto_matched-s3", "shop/failure_agent-s3", "sql/rft-s2"):
         (tmp_path / "archive" / name).mkdir(parents=True)
-    args = Namespace(envs=None, methods=None, seeds=None, report_only=True)
+    args = Namespace(envs=None, methods=None, seeds=None, report_only=True, **PLAIN)
     learning.defaults(args)
     assert args.envs == ["shop", "sql"]
     assert args.seeds == [1, 2, 3]
@@ -69,8 +75,34 @@ def test_a_report_defaults_to_every_archived_run(learning, tmp_path):
     assert args.methods == ["sft", "rft", "failure_agent", "eto_matched"]
     # A grid to run: its own defaults, whatever the archive holds.
     grid = Namespace(
-        envs=None, methods=["eto_matched", "failure_agent"], seeds=None, report_only=False
+        envs=None, methods=["eto_matched", "failure_agent"], seeds=None, report_only=False, **PLAIN
     )
     learning.defaults(grid)
     assert (grid.envs, grid.seeds) == (["shop", "sql"], [0, 1, 2])
     assert grid.methods == ["sft", "failure_agent", "eto_matched"]
+
+
+def test_the_gpu_grid_has_the_paper_sizes_and_results_of_its_own(learning, tmp_path):
+    args = Namespace(
+        device="cuda", report_only=True, out=None, sizes=None, envs=None, methods=None,
+        seeds=None, overrides=["sft.epochs=1"],
+    )  # fmt: skip
+    learning.defaults(args)
+    assert args.results.name == "learning-cuda.md"
+    assert args.archive.name == "archive-cuda" and args.out.name == "learning-cuda"
+    assert args.sizes == "paper"
+    args.seeds = None
+    args.report_only = False
+    import torch
+
+    if not torch.cuda.is_available():  # a grid that would run needs the GPU it names
+        with pytest.raises(SystemExit, match="--device cuda needs a CUDA GPU"):
+            learning.defaults(args)
+    config = learning.recipe(args, "shop", "eto", 4)
+    assert (config.env.eval_tasks, config.env.train_tasks, config.iterations) == (200, None, 3)
+    assert config.model.device == "cuda" and config.sft.epochs == 1  # the overrides come last
+    cpu = Namespace(**{**vars(args), "device": "cpu", "sizes": None, "out": None, "seeds": None})
+    cpu.report_only = True
+    learning.defaults(cpu)
+    assert cpu.results.name == "learning.md" and cpu.archive.name == "archive"
+    assert cpu.sizes == "machine" and cpu.seeds == []  # the (empty) archive's seeds
