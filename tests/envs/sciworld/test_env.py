@@ -6,6 +6,7 @@ checked against a fresh cache in a temporary directory, so the replay really run
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -280,6 +281,17 @@ def test_a_jvm_death_prints_one_line() -> None:
     assert len(lines) == 1 and "ScienceWorld JVM died" in lines[0], lines[:8]
 
 
+def _stopped(pid: int) -> bool:
+    """Whether every thread of process `pid` is stopped (state T in /proc)."""
+    tasks = Path(f"/proc/{pid}/task")
+    states = []
+    for task in tasks.iterdir():
+        with contextlib.suppress(OSError):
+            # The state follows the command name, which is in parentheses.
+            states.append((task / "stat").read_text().rpartition(")")[2].split()[0])
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
 def test_hung_jvm_times_out_and_is_replaced(
     env: SciWorldEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -289,6 +301,12 @@ def test_hung_jvm_times_out_and_is_replaced(
     monkeypatch.setattr(env.sim, "timeout", 2.0)
     hung = env.sim.pid
     os.kill(hung, signal.SIGSTOP)  # the JVM stops answering, as in a hang
+    # A signal is delivered when the kernel next runs the process: on a busy machine the JVM
+    # may still answer a call sent at once. Wait until every thread of it has stopped.
+    deadline = time.monotonic() + 10
+    while not _stopped(hung) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _stopped(hung)
     start = time.perf_counter()
     result = env.step("Action: look around")
     assert time.perf_counter() - start < 15
