@@ -5,6 +5,7 @@
     python benchmarks/learning.py --envs sql --methods grpo agent_data --seeds 0
     python benchmarks/learning.py --sizes recipes --envs shop -- iterations=2   # recipe sizes
     python benchmarks/learning.py --envs shop --methods eto_matched --seeds 1 2  # matched ETO
+    python benchmarks/learning.py --envs sql --methods grpo agent_data_guided agent_data_random
     python benchmarks/learning.py --report-only                  # tables of every archived run
     python benchmarks/learning.py --device cuda --envs shop --seeds 0 1  # the GPU grid
 
@@ -28,7 +29,10 @@ sibling run that has already explored the same tasks alike, adopting that first 
 too (`start_from`). `eto_matched` is ETO given the failure-agent target's DPO budget: an ETO
 run (configs/<env>/eto.yaml) whose `dpo.steps` is the step count of the target DPO of the
 failure_agent run of its env and seed (`matched_steps`; that run must have finished its DPO,
-here or in the archive), so that "failure-agent > ETO" can be told from "more DPO". Runs go to
+here or in the archive), so that "failure-agent > ETO" can be told from "more DPO".
+`agent_data_random` and `agent_data_guided` are agent_data with that explorer
+(`agent_data.explorer.kind`: uniform over the env's valid actions, or steered by the round's
+signals), the rows that compare with `grpo` (issue 38). Runs go to
 `--out/<env>/<method>-s<seed>`
 and resume when the script is rerun; each run's archive (`coevo archive`: config, manifests,
 logs, per-task eval rewards) goes to benchmarks/results/learning-runs/<env>/, and
@@ -80,7 +84,15 @@ MATCHED = "eto_matched"
 PAPER = ("env.eval_tasks=200",)
 # The grid's methods when it runs with no --methods, and the order a report lists them in.
 METHODS = ("sft", "rft", "eto", "failure_agent")
-ORDER = (*METHODS, MATCHED, "positive_agent", "frozen_failure", "grpo", "agent_data")
+# Grid methods that are a recipe's method with settings of their own: name -> (the recipe's
+# method, its overrides).
+VARIANTS = {
+    "agent_data_random": ("agent_data", ("agent_data.explorer.kind=random",)),
+    "agent_data_guided": ("agent_data", ("agent_data.explorer.kind=guided",)),
+}
+ORDER = (
+    *METHODS, MATCHED, "positive_agent", "frozen_failure", "grpo", "agent_data", *VARIANTS
+)  # fmt: skip
 ENVS = ("shop", "sql", "sciworld")
 """The order a report lists the envs in (others after them, by name)."""
 
@@ -144,7 +156,7 @@ def sizes(args: argparse.Namespace, env: str, method: str) -> list[str]:
     preset: tuple[str, ...] = ()
     if args.sizes == "machine":
         preset = MACHINE_SIZES.get(env, (*TASKS, *COMMON))
-        if method in GRPO_METHODS:
+        if VARIANTS.get(method, (method,))[0] in GRPO_METHODS:
             preset += MACHINE_GRPO.get(env, ())
     elif args.sizes == "paper":
         preset = PAPER
@@ -227,6 +239,10 @@ def recipe(args: argparse.Namespace, env: str, method: str, seed: int) -> RunCon
         steps = matched_steps(further(*runs))
         overrides = [f"name={MATCHED}", f"dpo.steps={steps}", *overrides]
         method = "eto"
+    elif method in VARIANTS:
+        base, own = VARIANTS[method]
+        overrides = [f"name={method}", *own, *overrides]
+        method = base
     return load(RunConfig, ROOT / "configs" / env / f"{method}.yaml", overrides)
 
 
@@ -276,7 +292,7 @@ def described_sizes(args: argparse.Namespace) -> str:
     parts = []
     for env in args.envs:
         parts.append(f"{env}: {' '.join(sizes(args, env, 'sft'))}")
-        grpo = [m for m in args.methods if m in GRPO_METHODS]
+        grpo = [m for m in args.methods if VARIANTS.get(m, (m,))[0] in GRPO_METHODS]
         if grpo and MACHINE_GRPO.get(env):
             parts.append(f"{env} {'/'.join(grpo)} also: {' '.join(MACHINE_GRPO[env])}")
     return "overrides (machine sizes) " + "; ".join(parts)

@@ -106,3 +106,13 @@ def test_the_gpu_grid_has_the_paper_sizes_and_results_of_its_own(learning, tmp_p
     learning.defaults(cpu)
     assert cpu.results.name == "learning.md" and cpu.archive.name == "archive"
     assert cpu.sizes == "machine" and cpu.seeds == []  # the (empty) archive's seeds
+
+
+def test_the_agent_data_rows_are_agent_data_with_their_explorer(learning, tmp_path):
+    args = Namespace(sizes="machine", overrides=[], out=tmp_path / "runs", archive=tmp_path)
+    for kind in ("random", "guided"):
+        config = learning.recipe(args, "sql", f"agent_data_{kind}", 2)
+        assert (config.method, config.name, config.seed) == ("agent_data", f"agent_data_{kind}", 2)
+        assert config.agent_data.explorer.kind == kind
+        # The GRPO sizes of the machine grid apply, as to grpo's row.
+        assert config.grpo.steps == learning.recipe(args, "sql", "grpo", 2).grpo.steps == 8
