@@ -449,3 +449,27 @@ def test_the_base_method_evaluates_the_model_untrained(tmp_path):
         assert store.count("trajectories") == len(
             store.trajectories(stage="eval-0-test_seen")
         ) + len(store.trajectories(stage="eval-0-test_unseen"))
+
+
+def test_sft_reports_its_loss_on_held_out_demonstrations(tmp_path, capsys):
+    """With a validation slice, the SFT stage measures what it did to tasks it never saw: the
+    loss on their demonstrations before training and after it."""
+    env = {**FAST["env"], "train_tasks": 5, "valid_tasks": 3}
+    run = execute(recipe(method="sft", env=env), tmp_path / "sft", quiet=False)
+    with Store(run, create=False) as store:
+        held_out = store.trajectories(stage="experts-valid")
+        trained_on = {t.task.id for t in store.trajectories(stage="experts")}
+    assert len(held_out) == 3 and not {t.task.id for t in held_out} & trained_on
+    manifest = json.loads((run / "stages/sft-target/manifest.json").read_text())
+    before, after = manifest["outputs"]["held_out_loss"]
+    assert after < before  # the toy tasks share their form: SFT carries over
+    assert manifest["inputs"]["held_out"] == 3
+    metrics = [json.loads(line) for line in (run / "stages/sft-target/metrics.jsonl").open()]
+    assert metrics[0] == {"step": 0, "epoch": 0, "eval_loss": before}
+    said = capsys.readouterr().err
+    assert f"loss on 3 held-out demonstrations {before:.3f} -> {after:.3f}" in said
+    # Without a validation slice there is nothing held out, and nothing to say.
+    assert "experts-valid  held-out demonstrations of 3 valid tasks" in said  # in its plan
+    plain = execute(recipe(method="sft"), tmp_path / "plain", quiet=True)
+    manifest = json.loads((plain / "stages/sft-target/manifest.json").read_text())
+    assert manifest["outputs"].get("held_out_loss") is None

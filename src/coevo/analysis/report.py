@@ -38,6 +38,7 @@ BEHAVIOUR_LABELS = {
 # Training curves: panel -> (the key its stages log, the key that marks such a stage).
 CURVES = {
     "SFT loss": ("loss", None),
+    "SFT held-out loss": ("eval_loss", None),
     "DPO loss": ("dpo_loss", "dpo_loss"),
     "DPO reward margin": ("reward_margin", "dpo_loss"),
     "DPO pair accuracy": ("reward_accuracy", "dpo_loss"),
@@ -405,7 +406,8 @@ def _training(runs: list[RunSummary], figure_dir: Path) -> str:
     path = figures.training_curves(panels, rows, figure_dir / "training.png")
     note = (
         '<p class="note">From each training stage\'s metrics.jsonl. SFT loss: NLL per agent '
-        "token; DPO pair accuracy: share of pairs whose chosen side the policy prefers more "
+        "token; SFT held-out loss: the same on demonstrations of the validation slice, never "
+        "trained on (step 0: before training); DPO pair accuracy: share of pairs whose chosen side the policy prefers more "
         "than the reference does.</p>"
     )
     return _section("Training curves", _figure(path, "training curves") + note)

@@ -149,11 +149,18 @@ def exploration(
 
 
 def start(scope: Scope) -> list[Planned]:
-    """The shared start: experts, model, sft-target, eval-0."""
+    """The shared start: experts (and experts-valid, with a validation slice), model,
+    sft-target, eval-0."""
     train = scope.tasks("train")
     experts, exact = scope.experts()
+    held_out = scope.config.env.valid_tasks
     return [
         Planned("experts", f"expert demonstrations of {_s(train, 'train task')}"),
+        *(
+            [Planned("experts-valid", f"held-out demonstrations of {_s(held_out, 'valid task')}")]
+            if held_out
+            else []
+        ),
         *model_stage(scope),
         sft_stage(scope, "sft-target", experts, exact, _s(experts, "demonstration")),
         evaluation(scope, 0),

@@ -39,7 +39,7 @@ from coevo.store import Store, StoreError
 from coevo.train.loop import CHECKPOINTS
 
 # Stages every method begins with, identical when env, model, sft and seed agree.
-SHARED_STAGES = ("experts", "model", "sft-target", "eval-0")
+SHARED_STAGES = ("experts", "experts-valid", "model", "sft-target", "eval-0")
 SHARED_KEYS = ("env", "model", "sft", "seed", "eval")
 # The target's first exploration plays the SFT policy too, with the explore section's settings
 # and seeds: ETO and the failure-agent methods (those with DPO phases) play the same episodes

@@ -107,6 +107,9 @@ class SftRecord(_Plain):
     examples: int
     steps: int
     final_loss: float | None = None
+    held_out_loss: list[float] | None = None
+    """Loss per agent token on held-out demonstrations (the validation slice's) before
+    training and at its end, where the stage had them."""
 
 
 @dataclass(frozen=True)

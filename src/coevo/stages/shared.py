@@ -12,7 +12,7 @@ from pathlib import Path
 from coevo.envs.base import EnvError
 from coevo.envs.conversation import expert_trajectory
 from coevo.run.console import console
-from coevo.run.context import Run, StageModel
+from coevo.run.context import VALID, Run, StageModel
 from coevo.run.records import ExpertsRecord, ModelRecord, SftRecord
 from coevo.seeds import trainer_seed
 from coevo.stages import play, training
@@ -32,20 +32,31 @@ class SharedStart:
 
 
 def shared_start(run: Run) -> SharedStart:
-    """Stages experts, model, sft-target and eval-0."""
+    """Stages experts, model, sft-target and eval-0 (with a validation slice, experts-valid
+    first: the held-out demonstrations whose loss the SFT stage reports)."""
     experts = expert_demonstrations(run)
+    held_out = expert_demonstrations(run, VALID) if run.config.env.valid_tasks else {}
     base = base_model(run)
-    target = training.sft(run, "target", base, list(experts.values()), seed=run.config.seed)
+    target = training.sft(
+        run,
+        "target",
+        base,
+        list(experts.values()),
+        seed=run.config.seed,
+        held_out=list(held_out.values()),
+    )
     play.evaluate(run, target, iteration=0)
     return SharedStart(experts, base, target)
 
 
-def expert_demonstrations(run: Run) -> dict[str, Trajectory]:
-    """Expert demonstrations of the training tasks, by task id (stage `experts`)."""
+def expert_demonstrations(run: Run, split: str = "train") -> dict[str, Trajectory]:
+    """Expert demonstrations of the `split` tasks that have one, by task id: of the training
+    tasks (stage `experts`), or of the validation slice (`experts-valid`: never trained on)."""
+    name = "experts" if split == "train" else f"experts-{split}"
 
     def stage(_: Path) -> ExpertsRecord:
-        tasks = run.tasks("train")
-        stored = run.store.trajectories(stage="experts")
+        tasks = run.tasks(split)
+        stored = run.store.trajectories(stage=name)
         if stored:  # committed before a kill cut this stage short
             return ExpertsRecord(len(tasks), len(stored))
         env = run.pool.acquire()
@@ -62,14 +73,14 @@ def expert_demonstrations(run: Run) -> dict[str, Trajectory]:
         solved = [t for t in trajectories if t.success]
         if len(solved) < len(tasks):
             console.print(
-                f"[yellow]experts: {len(tasks) - len(solved)} of {len(tasks)} train tasks have "
-                "no demonstration reaching reward 1.0; they are left out[/]"
+                f"[yellow]{name}: {len(tasks) - len(solved)} of {len(tasks)} {split} tasks "
+                "have no demonstration reaching reward 1.0; they are left out[/]"
             )
-        run.store.add_trajectories(solved, iteration=-1, stage="experts")
+        run.store.add_trajectories(solved, iteration=-1, stage=name)
         return ExpertsRecord(len(tasks), len(solved), refused[:20])
 
-    run.stage("experts", stage, ExpertsRecord.from_dict)
-    return {t.task.id: t for t in run.store.trajectories(stage="experts")}
+    run.stage(name, stage, ExpertsRecord.from_dict)
+    return {t.task.id: t for t in run.store.trajectories(stage=name)}
 
 
 def base_model(run: Run, agent: str | None = None) -> StageModel:

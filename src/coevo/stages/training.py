@@ -14,7 +14,7 @@ lost to a low-precision dtype, gradients that were all 0).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -29,27 +29,50 @@ from coevo.trajectory import Pair, Trajectory
 
 
 def sft(
-    run: Run, name: str, start: StageModel, trajectories: list[Trajectory], seed: int
+    run: Run,
+    name: str,
+    start: StageModel,
+    trajectories: list[Trajectory],
+    seed: int,
+    *,
+    held_out: Sequence[Trajectory] = (),
 ) -> StageModel:
-    """Fine-tune `start` on `trajectories` (stage `sft-<name>`) with the recipe's sft settings."""
+    """Fine-tune `start` on `trajectories` (stage `sft-<name>`) with the recipe's sft settings.
+
+    `held_out`: demonstrations never trained on (the validation slice's); their loss per agent
+    token before training and after each epoch is logged (`eval_loss`), kept in the record
+    and said when the stage ends: what SFT did to tasks it did not see."""
     config = run.config.sft
     stage_name = f"sft-{name}"
     trained: dict[str, Any] = {}  # the module this call trains (none when done before)
+    max_length = run.config.model.max_length
 
     def stage(out: Path) -> SftRecord:
         from coevo.train.batches import sft_examples
         from coevo.train.sft import train_sft
 
         def examples(tokenizer: Any) -> list[Any]:
-            return sft_examples(trajectories, tokenizer, max_length=run.config.model.max_length)
+            return sft_examples(trajectories, tokenizer, max_length=max_length)
 
-        train = partial(train_sft, config=config)
+        def train(model: Any, examples: list[Any], **placed: Any) -> TrainResult:
+            unseen = sft_examples(held_out, placed["tokenizer"], max_length=max_length)
+            return train_sft(model, examples, config, eval_examples=unseen, **placed)
+
         n, result = train_in_stage(run, stage_name, start, out, seed, examples, train, trained)
-        return sft_record(n, result)
+        record = sft_record(n, result)
+        if record.held_out_loss:
+            before, after = record.held_out_loss
+            run.pipeline.say(
+                stage_name,
+                f"loss on {len(held_out)} held-out demonstrations {before:.3f} -> {after:.3f} "
+                "per agent token",
+            )
+        return record
 
     inputs = {
         "start": str(start.path),
         "trajectories": len(trajectories),
+        "held_out": len(held_out),
         "trained_with": settings_record(config, seed),
     }
     run.stage(stage_name, stage, SftRecord.from_dict, inputs, everyone=True)
@@ -243,4 +266,10 @@ def starting_point(start: StageModel) -> Any:
 
 def sft_record(examples: int, result: TrainResult) -> SftRecord:
     losses = [r["loss"] for r in result.history if "loss" in r]
-    return SftRecord(examples, result.step, losses[-1] if losses else None)
+    held_out = [r["eval_loss"] for r in result.history if "eval_loss" in r]
+    return SftRecord(
+        examples,
+        result.step,
+        losses[-1] if losses else None,
+        [held_out[0], held_out[-1]] if len(held_out) > 1 else None,
+    )

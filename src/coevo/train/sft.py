@@ -42,7 +42,8 @@ class SftConfig(TrainerConfig):
     call per layer. None (auto): packed on the CPU, padded on a GPU until the varlen path
     has been measured there (issue 37); true or false chooses."""
     eval_every: int = 0
-    """Eval loss every this many steps (0: at the end of each epoch); needs eval examples."""
+    """Eval loss every this many steps (0: at the end of each epoch), and once before the
+    first; needs eval examples."""
     optim: Optim = field(default_factory=Optim)
     """AdamW and its schedule (paper: lr 1e-5, 3% warm-up, cosine)."""
 
@@ -92,6 +93,9 @@ def train_sft(
     step = start = out.start()
     last = out.last_step(total_steps)
     meter = loop.Meter()
+    if eval_examples and start == 0:  # where training starts from, to compare with
+        before = evaluate_sft(net, eval_examples, config.batch_size, accelerator)
+        out.log({"step": 0, "epoch": 0, "eval_loss": before})
     net.train()
     with loop.progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
         task = bar.add_task("sft", total=total_steps, completed=step, info="")
