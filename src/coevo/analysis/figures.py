@@ -170,7 +170,9 @@ def training_curves(
         for ax, panel in zip(axes, panels, strict=True):
             lines = by_panel.get(panel, {})
             for stage, points in lines.items():
-                ax.plot([s for s, _ in points], [v for _, v in points], label=stage)
+                # A few points (a held-out loss per epoch) are shown as such, not as a line only.
+                marker = "o" if len(points) <= 12 else None
+                ax.plot([s for s, _ in points], [v for _, v in points], marker=marker, label=stage)
             ax.set_title(f"{method}: {panel}", fontsize="medium")
             if not lines:  # this method has no such stage
                 ax.set_axis_off()
