@@ -22,3 +22,21 @@ def test_demo_overrides_apply_and_are_checked(tmp_path):
     assert all(c.iterations == 2 and c.env.eval_tasks == 5 for c, _ in runs)
     with pytest.raises(ConfigError, match="iterationz"):
         demo_configs(tmp_path, ["iterationz=2"])
+
+
+def test_the_demo_tables_open_with_what_sft_did_to_the_held_out_tasks(tmp_path):
+    import json
+
+    from coevo.methods.demo import held_out_effect
+
+    stage = tmp_path / "stages" / "sft-target"
+    stage.mkdir(parents=True)
+    manifest = {"inputs": {"held_out": 8}, "outputs": {"held_out_loss": [2.108, 0.175]}}
+    (stage / "manifest.json").write_text(json.dumps(manifest))
+    text = held_out_effect(tmp_path)
+    assert "held-out train tasks" in text and "8" in text
+    assert "2.108 before SFT, 0.175 after it" in text
+    manifest["outputs"]["held_out_loss"] = None  # a run without a validation slice
+    (stage / "manifest.json").write_text(json.dumps(manifest))
+    assert held_out_effect(tmp_path) == ""
+    assert held_out_effect(tmp_path / "none") == ""

@@ -9,6 +9,7 @@ what it shows).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from coevo.analysis.compare import compare, to_markdown
@@ -60,7 +61,26 @@ def run_demo(out: str | Path = "runs/demo", overrides: list[str] | None = None) 
 
 
 def write_results(out: Path, dirs: list[Path]) -> tuple[str, Path]:
-    """The demo's tables (`<out>/compare.md`) and report (`<out>/report/index.html`)."""
-    tables = to_markdown(compare(dirs))
+    """The demo's tables (`<out>/compare.md`), headed by what SFT did to the held-out tasks,
+    and its report (`<out>/report/index.html`)."""
+    tables = held_out_effect(dirs[0]) + to_markdown(compare(dirs))
     (out / "compare.md").write_text(tables)
     return tables, write_report(dirs, out / "report")
+
+
+def held_out_effect(run_dir: Path) -> str:
+    """A short section on SFT's loss on the held-out demonstrations, before and after (from
+    the run's `sft-target` manifest); empty when the run held none out."""
+    manifest = run_dir / "stages" / "sft-target" / "manifest.json"
+    record = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    losses = (record.get("outputs") or {}).get("held_out_loss")
+    if not losses:
+        return ""
+    held = (record.get("inputs") or {}).get("held_out", "the")
+    before, after = losses
+    return (
+        "### What SFT did to tasks it never saw\n\n"
+        f"Loss on the demonstrations of {held} held-out train tasks (never trained on), per "
+        f"agent token: {before:.3f} before SFT, {after:.3f} after it. The reward tables below "
+        "start after SFT (iteration 0).\n\n"
+    )
