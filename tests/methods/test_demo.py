@@ -31,7 +31,8 @@ def test_the_demo_tables_open_with_what_sft_did_to_the_held_out_tasks(tmp_path):
 
     stage = tmp_path / "stages" / "sft-target"
     stage.mkdir(parents=True)
-    manifest = {"inputs": {"held_out": 8}, "outputs": {"held_out_loss": [2.108, 0.175]}}
+    outputs = {"kind": "sft", "examples": 20, "steps": 9, "held_out_loss": [2.108, 0.175]}
+    manifest = {"inputs": {"held_out": 8}, "outputs": outputs}
     (stage / "manifest.json").write_text(json.dumps(manifest))
     text = held_out_effect(tmp_path)
     assert "held-out train tasks" in text and "8" in text

@@ -17,6 +17,7 @@ from coevo.analysis.report import write_report
 from coevo.config import build, merge, parse_overrides
 from coevo.methods.runner import execute
 from coevo.run.recipe import RunConfig
+from coevo.run.records import SftRecord, read
 
 DEMO: dict = {
     # sql: its episodes are half as long as shop's, and tokens are what a CPU pays for.
@@ -72,12 +73,12 @@ def held_out_effect(run_dir: Path) -> str:
     """A short section on SFT's loss on the held-out demonstrations, before and after (from
     the run's `sft-target` manifest); empty when the run held none out."""
     manifest = run_dir / "stages" / "sft-target" / "manifest.json"
-    record = json.loads(manifest.read_text()) if manifest.is_file() else {}
-    losses = (record.get("outputs") or {}).get("held_out_loss")
-    if not losses:
+    stage = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    record = read(stage.get("outputs") or {})
+    if not isinstance(record, SftRecord) or not record.held_out_loss:
         return ""
-    held = (record.get("inputs") or {}).get("held_out", "the")
-    before, after = losses
+    held = (stage.get("inputs") or {}).get("held_out", "the")
+    before, after = record.held_out_loss
     return (
         "### What SFT did to tasks it never saw\n\n"
         f"Loss on the demonstrations of {held} held-out train tasks (never trained on), per "
