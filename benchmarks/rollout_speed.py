@@ -138,6 +138,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # takes its own measured best (PRETRAINED[name].cpu_threads).
     parser.add_argument("--threads", type=int, help="default: 1, or the pretrained model's own")
     parser.add_argument("--no-write", action="store_true", help="do not update the results file")
+    parser.add_argument(
+        "--skip-sequential",
+        action="store_true",
+        help="time lockstep rollouts only, not one episode at a time (which decodes every task "
+        "alone: minutes at 64 tasks on a GPU); prints, writes no results file",
+    )
+    parser.add_argument(
+        "--ours-only",
+        action="store_true",
+        help="on cuda, leave transformers' generate out of the decode table",
+    )
     parser.add_argument("--workers", type=int, help="compare N Ray env workers with in-process")
     parser.add_argument("--env", default="sciworld", help="the env of --workers (default sciworld)")
     parser.add_argument("--max-steps", type=int, default=10, help="step budget with --workers")
@@ -188,7 +199,7 @@ def main() -> None:
             init_model(env, "nano", model_dir, seed=0)
         policy = HFPolicy(model_dir, dtype="float32" if cpu else "bfloat16", device=args.device)
         # transformers' own generate, timed beside ours on cuda, gets a copy of its own.
-        theirs = None if cpu else load_copy(model_dir, policy)
+        theirs = None if cpu or args.ours_only else load_copy(model_dir, policy)
     sampling = Sampling(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     load_before = os.getloadavg()
     counter = TokensRun(policy.model)
@@ -206,21 +217,22 @@ def main() -> None:
     lock_steps = sum(t.steps for t in trajectories)
     lock_reward = sum(t.reward for t in trajectories) / len(trajectories)
 
-    with gpu_peak(args.device) as seq_peak, clock(args.device) as took:
-        rewards, seq_steps = one_at_a_time(policy, env, tasks, sampling, seed=0)
-    sequential_s = took["wall"]
-    seq_tokens = counter.take()
+    n = len(tasks)
+    lock_eps = n / lockstep_s
+    rows = [("lockstep (rollout)", lockstep_s, lock_eps, lock_steps, lock_tokens, lock_reward)]
+    if args.skip_sequential:
+        seq_peak, seq_tokens, speedup = None, None, None
+    else:
+        with gpu_peak(args.device) as seq_peak, clock(args.device) as took:
+            rewards, seq_steps = one_at_a_time(policy, env, tasks, sampling, seed=0)
+        sequential_s = took["wall"]
+        seq_tokens = counter.take()
+        speedup = lock_eps / (n / sequential_s)
+        seq_row = (sequential_s, n / sequential_s, seq_steps, seq_tokens, sum(rewards) / n)
+        rows.append(("one at a time (ETO)", *seq_row))
     decoding = [] if cpu else decode_table(policy, theirs, env, tasks, args)
     load_after = os.getloadavg()
-
-    n = len(tasks)
-    lock_eps, seq_eps = n / lockstep_s, n / sequential_s
-    speedup = lock_eps / seq_eps
     params = sum(p.numel() for p in policy.model.parameters())
-    rows = [
-        ("lockstep (rollout)", lockstep_s, lock_eps, lock_steps, lock_tokens, lock_reward),
-        ("one at a time (ETO)", sequential_s, seq_eps, seq_steps, seq_tokens, sum(rewards) / n),
-    ]
     lines = [
         "| way | seconds | episodes/s | env steps | steps/s | tokens run | mean reward |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -229,18 +241,20 @@ def main() -> None:
             f"| {reward:.3f} |"
             for name, sec, eps, steps, tokens, reward in rows
         ),
-        "",
-        f"tokens run through the model, one at a time / lockstep: "
-        f"{seq_tokens / max(lock_tokens, 1):.2f}",
     ]
-    if not cpu:
+    if seq_tokens is not None:
         lines += [
-            f"peak GPU memory above the loaded models: lockstep "
-            f"{lock_peak['peak_gpu_mb'] - lock_peak['before_gpu_mb']:,.0f} MB, one at a time "
-            f"{seq_peak['peak_gpu_mb'] - seq_peak['before_gpu_mb']:,.0f} MB",
             "",
-            *decoding,
+            f"tokens run through the model, one at a time / lockstep: "
+            f"{seq_tokens / max(lock_tokens, 1):.2f}",
         ]
+    if not cpu:
+        memory = f"{lock_peak['peak_gpu_mb'] - lock_peak['before_gpu_mb']:,.0f} MB"
+        if seq_peak is not None:
+            memory += (
+                f", one at a time {seq_peak['peak_gpu_mb'] - seq_peak['before_gpu_mb']:,.0f} MB"
+            )
+        lines += [f"peak GPU memory above the loaded models: lockstep {memory}", "", *decoding]
     compute = "float32 on CPU" if cpu else f"bfloat16 on {gpu_name()}"
     setup = (
         f"{n} shop train tasks (max {env.max_steps} steps), model {params:,} parameters "
@@ -255,6 +269,8 @@ def main() -> None:
     print(setup)
     print(machine)
     print("\n".join(lines))
+    if speedup is None:  # lockstep alone: no comparison to record
+        return
     if not args.no_write:
         figures = (
             f"- setup: {setup}\n- machine: {machine}\n- measured: "
@@ -469,14 +485,15 @@ def decode_table(policy, theirs, env, tasks, args: argparse.Namespace) -> list[s
 
         return call
 
-    ways = [
-        ("coevo `HFPolicy.generate`", ours),
-        ("transformers `generate`, eager", transformers_generate()),
-        (
-            'transformers `generate`, `cache_implementation="static"`',
-            transformers_generate(cache_implementation="static"),
-        ),
-    ]
+    ways = [("coevo `HFPolicy.generate`", ours)]
+    if not args.ours_only:
+        ways += [
+            ("transformers `generate`, eager", transformers_generate()),
+            (
+                'transformers `generate`, `cache_implementation="static"`',
+                transformers_generate(cache_implementation="static"),
+            ),
+        ]
     lines = [
         f"Decoding alone: {len(prompts)} opening prompts (mean {mean(map(len, prompts)):.0f}, "
         f"longest {width} tokens), greedy, max_new_tokens {n}; each way warmed up by one call "

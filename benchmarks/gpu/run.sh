@@ -58,7 +58,7 @@ CACHE=$TMPROOT/gpu-cache               # COEVO_CACHE of the benchmarks: models/s
 TEST_CACHE=$TMPROOT/gpu-cache-tests    # COEVO_CACHE of the tests: no pretrained model in it
 MACHINE=$OUT/machine.txt
 
-ROLLOUT_ARGS=${ROLLOUT_ARGS:---tasks 4 --batch-size 4 --max-new-tokens 48}
+ROLLOUT_ARGS=${ROLLOUT_ARGS:---tasks 64 --batch-size 64 --max-new-tokens 48 --skip-sequential}
 MODEL_ARGS=${MODEL_ARGS:---examples 128 --batch-size 16}
 DPO_ARGS=${DPO_ARGS:---pairs 64}
 GRPO_ARGS=${GRPO_ARGS:---prompts 16 --samples 8 --micro-batch 16}
@@ -307,7 +307,8 @@ for part in "${ORDER[@]}"; do
     rollout-graphs)
         # shellcheck disable=SC2086
         run_part rollout-graphs "${BENCH_ENV[@]}" COEVO_DECODE=graphs "$PY" \
-            benchmarks/rollout_speed.py --device cuda --model "$MODEL" $ROLLOUT_ARGS --no-write
+            benchmarks/rollout_speed.py --device cuda --model "$MODEL" $ROLLOUT_ARGS --no-write \
+            --ours-only
         ;;
     model)
         # shellcheck disable=SC2086

@@ -174,7 +174,11 @@ def test_the_decoding_table_times_ours_and_transformers_on_the_same_prompts(
     theirs = rollout.load_copy(nano_model_dir, policy)
     env = ToyEnv()
     lines = rollout.decode_table(
-        policy, theirs, env, env.tasks("train"), Namespace(batch_size=2, max_new_tokens=4)
+        policy,
+        theirs,
+        env,
+        env.tasks("train"),
+        Namespace(batch_size=2, max_new_tokens=4, ours_only=False),
     )
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
     assert [r.split(" | ")[0] for r in rows] == [
@@ -185,3 +189,32 @@ def test_the_decoding_table_times_ours_and_transformers_on_the_same_prompts(
     for row in rows[1:]:
         cells = row.split(" | ")
         assert cells[3:5] == ["4", "8"]  # decode steps, tokens: 2 prompts x 4
+
+
+def test_the_decoding_table_can_time_ours_alone(bench, nano_model_dir, one_thread):
+    from argparse import Namespace
+
+    from coevo.policy.hf import HFPolicy
+    from tests.toy_env import ToyEnv
+
+    rollout = bench("rollout_speed")
+    policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu")
+    env = ToyEnv()
+    args = Namespace(batch_size=2, max_new_tokens=4, ours_only=True)
+    lines = rollout.decode_table(policy, None, env, env.tasks("train"), args)
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert [r.split(" | ")[0] for r in rows] == ["| coevo `HFPolicy.generate`"]
+
+
+@pytest.mark.slow
+def test_lockstep_alone_prints_its_row_and_writes_nothing(tmp_path):
+    cmd = [sys.executable, str(BENCHMARKS / "rollout_speed.py"), "--skip-sequential"]
+    cmd += ["--tasks", "2", "--batch-size", "2", "--max-new-tokens", "4"]
+    results = BENCHMARKS / "results" / "rollout_speed.md"
+    before = results.read_text()
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert results.read_text() == before
+    assert "| lockstep (rollout) |" in out.stdout
+    assert "one at a time (ETO)" not in out.stdout
+    assert "speedup" not in out.stdout
