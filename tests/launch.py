@@ -17,8 +17,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def environment(**extra: str) -> dict[str, str]:
     """The launched processes' environment: one torch thread each, accelerate on the CPU
-    (gloo: the same DDP code path `accelerate launch` takes on GPUs), the checkout importable."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true", **extra}
+    (gloo: the same DDP code path `accelerate launch` takes on GPUs), the checkout importable.
+
+    No GPU is visible to them: ACCELERATE_USE_CPU alone picks gloo, but accelerate's
+    `wait_for_everyone` still passes `device_ids=[local rank]` to torch's barrier, which puts
+    them on the machine's accelerator, and with fewer GPUs than processes ("invalid device
+    ordinal") or any GPU at all the run would differ from the CPU one these tests compare."""
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "ACCELERATE_USE_CPU": "true",
+        "CUDA_VISIBLE_DEVICES": "",
+        **extra,
+    }
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
     return env
 

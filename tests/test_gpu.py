@@ -160,3 +160,28 @@ def test_bf16_cuda_graph_decoding_gives_the_eager_loops_replies(toy_agent_dir):
     assert differ(moved, eager.generate(prompts, sampling)) <= MISMATCH * len(prompts)
     assert graphs.decoder.fallback is None
     assert graphs.decoder.captures == captured  # updated in place: replayed, not recaptured
+
+
+def test_sampled_multi_turn_decoding_with_graphs_keeps_its_compiled_captures(toy_agent_dir):
+    """What a lockstep rollout asks of `decode="graphs"` (where the H200 run of 2026-11-26
+    fell back to eager: a recompile inside the capture): sampled replies with seeds, 40 rows
+    (the 64-row bucket), three turns over sessions, each turn a longer room bucket. Every
+    bucket is compiled in its warm-up and captured; nothing falls back."""
+    from coevo.policy.hf import HFPolicy
+
+    graphs = HFPolicy(toy_agent_dir, dtype="bfloat16", device="cuda", decode="graphs")
+    env = ToyEnv()
+    tasks = (env.tasks("train") * 40)[:40]
+    turns = [[Turn("user", f"{env.instruction_prompt}\n\n{env.reset(t)[0]}")] for t in tasks]
+    keys = [f"episode-{i}" for i in range(len(tasks))]
+    sampling = Sampling(temperature=1.0, max_new_tokens=32, logprobs=True)
+    for turn in range(3):
+        prompts = [render_prompt(t, graphs.tokenizer) for t in turns]
+        replies = graphs.generate(prompts, sampling, seeds=range(100 * turn, 100 * turn + 40),
+                                  sessions=keys)  # fmt: skip
+        assert graphs.decoder.fallback is None, graphs.decoder.fallback
+        assert all(1 <= len(r.token_ids) <= 32 for r in replies)
+        observation = "Observation: nothing happens. " * (8 * (turn + 1))
+        turns = [[*t, Turn("assistant", r.text), Turn("user", observation)]
+                 for t, r in zip(turns, replies, strict=True)]  # fmt: skip
+    assert graphs.decoder.captures >= 2  # a new room bucket each turn: captured, not eager

@@ -10,7 +10,8 @@
 # Parts, always run in this order (most wanted first), whatever order they are named in:
 #   gpu-tests       pytest -m gpu tests/test_gpu.py                        -> gpu-tests.log
 #   rollout         benchmarks/rollout_speed.py --device cuda (eager decode, writes results)
-#   rollout-graphs  the same with COEVO_DECODE=graphs, --no-write (appended to rollout.log)
+#   rollout-graphs  the same with COEVO_DECODE=graphs, --ours-only --no-write, dynamo's
+#                   recompiles logged (appended to rollout.log)
 #   model           benchmarks/model_speed.py --device cuda                -> model.log
 #   dpo             benchmarks/dpo_speed.py --device cuda                  -> dpo.log
 #   grpo            benchmarks/grpo_speed.py --device cuda                 -> grpo.log
@@ -28,8 +29,9 @@
 # Settings (environment):
 #   BUDGET_S=540        seconds for the whole script (keep it under the call's timeout_s)
 #   MIN_PART_S=45       a part with less left than this is skipped
-#   CAP_GPU_TESTS=180 CAP_ROLLOUT=150 CAP_ROLLOUT_GRAPHS=120 CAP_MODEL=100 CAP_DPO=120
-#   CAP_GRPO=100 CAP_SUITE=300        each part's own cap, seconds
+#   CAP_GPU_TESTS=120 CAP_ROLLOUT=150 CAP_ROLLOUT_GRAPHS=180 CAP_MODEL=70 CAP_DPO=90
+#   CAP_GRPO=60 CAP_SUITE=200         each part's own cap, seconds (measured on an H200,
+#                                     2026-11-26: 55, 80, 65-124, 34, 42, 32, ~100)
 #   ROLLOUT_ARGS MODEL_ARGS DPO_ARGS GRPO_ARGS   the benchmarks' size flags (defaults below)
 #   SUITE_WORKERS=12    pytest-xdist workers for the suite if xdist is there (0: serial)
 #   PYTHON=python3      the image's python (the one that holds CUDA torch)
@@ -65,9 +67,9 @@ GRPO_ARGS=${GRPO_ARGS:---prompts 16 --samples 8 --micro-batch 16}
 
 ORDER=(gpu-tests rollout rollout-graphs model dpo grpo suite)
 declare -A CAP=(
-    [gpu-tests]=${CAP_GPU_TESTS:-180} [rollout]=${CAP_ROLLOUT:-150}
-    [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-120} [model]=${CAP_MODEL:-100}
-    [dpo]=${CAP_DPO:-120} [grpo]=${CAP_GRPO:-100} [suite]=${CAP_SUITE:-300}
+    [gpu-tests]=${CAP_GPU_TESTS:-120} [rollout]=${CAP_ROLLOUT:-150}
+    [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [model]=${CAP_MODEL:-70}
+    [dpo]=${CAP_DPO:-90} [grpo]=${CAP_GRPO:-60} [suite]=${CAP_SUITE:-200}
 )
 declare -A LOG=(
     [gpu-tests]=gpu-tests [rollout]=rollout [rollout-graphs]=rollout [model]=model [dpo]=dpo
@@ -306,7 +308,7 @@ for part in "${ORDER[@]}"; do
         ;;
     rollout-graphs)
         # shellcheck disable=SC2086
-        run_part rollout-graphs "${BENCH_ENV[@]}" COEVO_DECODE=graphs "$PY" \
+        run_part rollout-graphs "${BENCH_ENV[@]}" COEVO_DECODE=graphs TORCH_LOGS=recompiles "$PY" \
             benchmarks/rollout_speed.py --device cuda --model "$MODEL" $ROLLOUT_ARGS --no-write \
             --ours-only
         ;;
@@ -336,7 +338,7 @@ for part in "${ORDER[@]}"; do
         if [ "${SUITE_WORKERS:-12}" != 0 ] && has_module xdist; then
             workers=(-n "${SUITE_WORKERS:-12}" --dist loadfile)
         fi
-        run_part suite env COEVO_CACHE="$TEST_CACHE" "$PY" -m pytest -q -x --timeout 120 \
+        run_part suite env COEVO_CACHE="$TEST_CACHE" "$PY" -m pytest -q --timeout 120 \
             -m "not gpu" -p no:cacheprovider "${workers[@]}"
         ;;
     esac

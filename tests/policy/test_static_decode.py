@@ -296,3 +296,45 @@ def test_fill_prefixes_writes_what_prefix_buffers_writes():
             assert torch.equal(k[row, :, :end], ek[row, :, :end])
             assert torch.equal(v[row, :, :end], ev[row, :, :end])
     assert all(p is None or p == [None, None] for p in emptied)
+
+
+def test_a_capture_that_fails_once_is_tried_again_and_twice_falls_back_saying_both(
+    gqa_model_dir, monkeypatch
+):
+    """The capture's own retry (CUDA-only code, its decisions run here with `_capture`
+    replaced): a second try follows a failed one, and two failures decode uncaptured with
+    both reasons, each with the error it was raised while handling."""
+    eager, static = both(gqa_model_dir, dtype="float32")
+    decoder = static.decoder
+    decoder.capture = True
+    prompts = varied_prompts(eager.tokenizer)
+    greedy = Sampling(max_new_tokens=6, logprobs=True, stop=())
+    tries = []
+
+    def capture_once_failing(slots, sampling, stop_ids, keyword):
+        tries.append(1)
+        if len(tries) == 1:
+            raise RuntimeError("Recompiling function forward_step\nmore lines")
+        return "graph"
+
+    monkeypatch.setattr(decoder, "_capture", capture_once_failing)
+    slots = decoder.slots(rows_bucket(5), room_bucket(40), static._layout)
+    stops = torch.tensor([0])
+    assert decoder._graph(slots, greedy, stops, "past_key_values") == ("graph", True)
+    assert len(tries) == 2 and decoder.fallback is None and decoder.capture
+
+    def capture_failing(slots, sampling, stop_ids, keyword):
+        try:
+            raise ValueError("guard failed: room")
+        except ValueError:
+            raise RuntimeError("capture invalidated")  # noqa: B904 - as torch.cuda.graph does
+
+    monkeypatch.setattr(decoder, "_capture", capture_failing)
+    sampled = Sampling(temperature=0.5, max_new_tokens=6, logprobs=True, stop=())
+    with pytest.warns(UserWarning, match="decoding without graphs"):
+        assert decoder._graph(slots, sampled, stops, "past_key_values") == (None, True)
+    assert not decoder.capture
+    assert decoder.fallback.count("RuntimeError: capture invalidated") == 2
+    assert "ValueError: guard failed: room <- RuntimeError" in decoder.fallback
+    # Decoding goes on uncaptured, as the eager loop would.
+    assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy), 1e-4)

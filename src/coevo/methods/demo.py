@@ -16,6 +16,7 @@ from coevo.analysis.compare import compare, to_markdown
 from coevo.analysis.report import write_report
 from coevo.config import build, merge, parse_overrides
 from coevo.methods.runner import execute
+from coevo.run.lock import FILENAME, lock_run_dir
 from coevo.run.recipe import RunConfig
 from coevo.run.records import SftRecord, read
 
@@ -57,8 +58,20 @@ def run_demo(out: str | Path = "runs/demo", overrides: list[str] | None = None) 
     """Run the three methods (skipping what a previous demo in `out` finished); the tables
     (also in `<out>/compare.md`) and the path of the report's page."""
     out = Path(out)
-    dirs = [execute(config, run_dir) for config, run_dir in demo_configs(out, overrides or [])]
+    runs = demo_configs(out, overrides or [])
+    refuse_if_in_use([run_dir for _, run_dir in runs])
+    dirs = [execute(config, run_dir) for config, run_dir in runs]
     return write_results(out, dirs)
+
+
+def refuse_if_in_use(run_dirs: list[Path]) -> None:
+    """Raise RunDirError, naming the holder, if another process writes one of the demo's run
+    directories: said first, before the recipe's model is looked up (and converted) for the
+    first run, and before a later run would find it after the earlier ones. Only a directory
+    with a lock file can be held; none is made here. Each run still takes its own lock."""
+    for run_dir in run_dirs:
+        if (run_dir / FILENAME).is_file():
+            lock_run_dir(run_dir).release()
 
 
 def write_results(out: Path, dirs: list[Path]) -> tuple[str, Path]:

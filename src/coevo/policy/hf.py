@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from coevo.attention import use_packed_attention
+from coevo.attention import sdpa_backends, use_packed_attention
 from coevo.lengths import common_prefix, length_groups
 from coevo.policy.base import Completion, PolicyError, Sampling, cut_at_stop
 from coevo.policy.cache import (
@@ -35,7 +35,7 @@ from coevo.policy.cache import (
     new_cache,
     prefix_buffers,
 )
-from coevo.policy.sample import choose
+from coevo.policy.sample import choose, draws
 from coevo.policy.static_decode import (
     MODES,
     Decoding,
@@ -210,10 +210,25 @@ class HFPolicy:
             raise ValueError("Every prompt needs at least one token; build it with render_prompt.")
         prompts = [list(p) for p in prompts]
         generators = self._generators(n, sampling, seeds)
-        if self.decoder is not None and self._layout is not None:
-            return self._generate_static(prompts, sampling, generators, sessions)
+        with sdpa_backends(self.device):  # never cuDNN's on CUDA: it plans every new length
+            if self.decoder is not None and self._layout is not None:
+                return self._generate_static(prompts, sampling, generators, sessions)
+            return self._generate_eager(prompts, sampling, generators, sessions)
+
+    def _generate_eager(
+        self,
+        prompts: list[list[int]],
+        sampling: Sampling,
+        generators: list[torch.Generator | None],
+        sessions: Sequence[Hashable] | None,
+    ) -> list[Completion]:
+        """`generate` one step at a time, dropping finished rows as it goes."""
+        n = len(prompts)
         cache, attention, logits, order = self._prefill(prompts, sessions, sampling.max_new_tokens)
         next_position = torch.tensor([[len(prompts[i])] for i in order], device=self.device)
+        # Each batch row's uniform for every step, drawn before the loop as the fixed-shape
+        # loop draws them: the same seed gives the same reply on either path.
+        uniforms = draws([generators[i] for i in order], sampling.max_new_tokens, self.device)
 
         # Batch row -> prompt index, None once finished. Dropping rows copies the whole cache,
         # so finished rows are only pruned once they are a quarter of the batch.
@@ -225,8 +240,8 @@ class HFPolicy:
         finish: list[str] = ["length"] * n
         window = max((len(s) for s in sampling.stop), default=0) + 2
         for step in range(sampling.max_new_tokens):
-            row_generators = [generators[r] if r is not None else None for r in rows]
-            chosen, chosen_logp = choose(logits, sampling, row_generators)
+            u = None if uniforms is None else uniforms[:, step]
+            chosen, chosen_logp = choose(logits, sampling, u)
             done: list[int] = []
             chosen_list, logp_list = chosen.tolist(), chosen_logp.tolist()
             is_stop_id = torch.isin(chosen, self.stop_ids).tolist()
@@ -262,6 +277,7 @@ class HFPolicy:
                 viewing.clear()
                 cache.batch_select_indices(index)
                 attention, next_position = attention[index], next_position[index]
+                uniforms = None if uniforms is None else uniforms[index]
                 chosen = chosen[index]
                 rows = [rows[b] for b in keep]
             attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=-1)
@@ -295,7 +311,7 @@ class HFPolicy:
             attention,
             torch.tensor([len(prompts[i]) for i in order], device=self.device),
             sampling,
-            self._draws(generators, order, steps),
+            draws([generators[i] for i in order], steps, self.device),
             self._stop_tuple,
             self._cache_keyword,
         )
@@ -324,21 +340,6 @@ class HFPolicy:
         if sessions is not None:
             self._keep_static_sessions(run, prompts, order, tokens, lasts, sessions, total)
         return out  # type: ignore[return-value]
-
-    def _draws(
-        self, generators: list[torch.Generator | None], order: list[int], steps: int
-    ) -> torch.Tensor | None:
-        """Each batch row's uniform for every step (n, steps), None when greedy. A per-row
-        generator gives its draws in the order the eager loop takes them, one per step (on
-        the CPU the same numbers; on CUDA its own stream, also fixed by the seed). A shared
-        generator gives the eager loop's only while all rows are live."""
-        first = generators[0]
-        if first is None:
-            return None
-        if all(g is first for g in generators):
-            return torch.rand((steps, len(order)), generator=first, device=self.device).T
-        draws = [torch.rand(steps, generator=generators[i], device=self.device) for i in order]
-        return torch.stack(draws)
 
     def _find_stop_strings(
         self,

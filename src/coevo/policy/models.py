@@ -122,6 +122,8 @@ def convert_gguf(gguf_file: Path | str, out: Path | str) -> dict[str, Any]:
     gguf_file, out = Path(gguf_file), Path(out)
     kwargs = {"gguf_file": gguf_file.name}
     tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, **kwargs)
+    special = special_tokens(gguf_file)
+    settle_tokenizer(tokenizer, special, gguf_file)
     loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, dtype=torch.float32, **kwargs)
     config = loaded.config
     if hasattr(config, "quantization_config"):
@@ -129,6 +131,9 @@ def convert_gguf(gguf_file: Path | str, out: Path | str) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
+    for target in (model.config, model.generation_config):  # where generation stops, too
+        for name in ("bos", "eos", "pad"):
+            setattr(target, f"{name}_token_id", special[name][0] if special[name] else None)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -137,3 +142,63 @@ def convert_gguf(gguf_file: Path | str, out: Path | str) -> dict[str, Any]:
         "layers": config.num_hidden_layers,
         "vocab": config.vocab_size,
     }
+
+
+# The special tokens as llama.cpp names them in a GGUF's metadata.
+SPECIAL_KEYS = {
+    "bos": "tokenizer.ggml.bos_token_id",
+    "eos": "tokenizer.ggml.eos_token_id",
+    "pad": "tokenizer.ggml.padding_token_id",
+    "unk": "tokenizer.ggml.unknown_token_id",
+}
+
+
+def special_tokens(gguf_file: Path) -> dict[str, tuple[int, str] | None]:
+    """bos, eos, pad and unk of `gguf_file`, as (id, token) from its own metadata (None where
+    it names none), and "model": its `tokenizer.ggml.model` ("gpt2": byte-level BPE)."""
+    from gguf import GGUFReader, GGUFValueType
+
+    fields = GGUFReader(gguf_file).fields
+
+    def value(key: str) -> Any:
+        field = fields.get(key)
+        if field is None:
+            return None
+        part = field.parts[field.data[0]]
+        return bytes(part).decode() if field.types[0] == GGUFValueType.STRING else part.item()
+
+    tokens = fields["tokenizer.ggml.tokens"]
+    found: dict[str, Any] = {"model": value("tokenizer.ggml.model")}
+    for name, key in SPECIAL_KEYS.items():
+        index = value(key)
+        found[name] = None
+        if index is not None:
+            found[name] = (int(index), bytes(tokens.parts[tokens.data[index]]).decode())
+    return found
+
+
+def settle_tokenizer(tokenizer: Any, special: dict[str, Any], gguf_file: Path) -> None:
+    """Set what the GGUF says over what transformers made of it, which differs between
+    versions: transformers 5.17 makes the bos token the eos token too, and decodes a byte-level
+    vocabulary without its leading space (it reads a file that does not set
+    `tokenizer.ggml.add_space_prefix` as a sentencepiece one that adds a space, and strips it
+    again when decoding). The vocabulary itself is transformers': checked against the file."""
+    from tokenizers import decoders
+
+    for name in SPECIAL_KEYS:
+        if special[name] is None:
+            setattr(tokenizer, f"{name}_token", None)
+            continue
+        index, token = special[name]
+        if tokenizer.convert_tokens_to_ids(token) != index:
+            raise ModelError(
+                f"{gguf_file.name}: its {name} token {token!r} is id {index}, but transformers "
+                f"read it as id {tokenizer.convert_tokens_to_ids(token)}; this transformers "
+                "cannot convert the file."
+            )
+        setattr(tokenizer, f"{name}_token", token)
+    if special["model"] == "gpt2":
+        # Byte-level BPE: every token is bytes spelled in GPT-2's alphabet, decoded back to them
+        # exactly as llama.cpp does (no space added or removed, no clean-up).
+        tokenizer.backend_tokenizer.decoder = decoders.ByteLevel()
+        tokenizer.clean_up_tokenization_spaces = False

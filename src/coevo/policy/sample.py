@@ -1,8 +1,9 @@
 """Choosing each row's next token: greedy, or temperature / top-p sampling by inverse CDF.
 
-Every row draws one uniform number from its own generator, then the whole batch is sampled
-in one vectorised step: a row's sample depends on its seed alone, never on its batch
-neighbours, and no per-row kernel runs over the vocabulary.
+Every row draws all its uniform numbers (one per step) from its own generator before decoding
+starts (`draws`), then each step samples the whole batch in one vectorised step (`choose`): a
+row's sample depends on its seed alone, never on its batch neighbours, no per-row kernel runs
+over the vocabulary, and every decoding path (eager or fixed-shape) reads the same numbers.
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ import torch
 from coevo.policy.base import Sampling
 
 
-def uniforms(generators: list[torch.Generator | None], device: torch.device) -> torch.Tensor:
-    """One draw in [0, 1) per row (rows, ); a row without a generator (finished) gets 0."""
-    if generators and all(g is generators[0] for g in generators):
-        return torch.rand(len(generators), generator=generators[0], device=device)
-    draws = [
-        torch.rand((), generator=g, device=device) if g is not None else None for g in generators
-    ]
-    zero = torch.zeros((), device=device)
-    return torch.stack([d if d is not None else zero for d in draws])
+def draws(
+    generators: list[torch.Generator | None], steps: int, device: torch.device
+) -> torch.Tensor | None:
+    """Each row's uniform in [0, 1) for every step (rows, steps); None when greedy (no
+    generators). Drawn in one call per generator, so the numbers a seed gives do not depend on
+    how a decoding loop would have asked for them. A generator shared by all rows fills the
+    steps in order, every row's draw of step t before any of step t + 1."""
+    first = generators[0] if generators else None
+    if first is None:
+        return None
+    if all(g is first for g in generators):
+        return torch.rand((steps, len(generators)), generator=first, device=device).T
+    return torch.stack([torch.rand(steps, generator=g, device=device) for g in generators])
 
 
 def filtered_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
@@ -43,14 +48,15 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def choose(
-    logits: torch.Tensor, sampling: Sampling, generators: list[torch.Generator | None]
+    logits: torch.Tensor, sampling: Sampling, u: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next token per row and its log-prob under the unmodified model distribution."""
+    """Next token per row from each row's uniform `u` (rows,) (greedy, or None: the argmax),
+    and its log-prob under the unmodified model distribution."""
     if logits.dtype != torch.float64:
         logits = logits.float()  # (rows, vocab)
-    if sampling.greedy:
+    if sampling.greedy or u is None:
         chosen = logits.argmax(-1)
     else:
-        chosen = inverse_cdf(filtered_probs(logits, sampling), uniforms(generators, logits.device))
+        chosen = inverse_cdf(filtered_probs(logits, sampling), u)
     logp = torch.log_softmax(logits, dim=-1).gather(-1, chosen[:, None])[:, 0]
     return chosen, logp  # (rows,), (rows,)

@@ -37,7 +37,7 @@ import torch
 
 from coevo.policy.base import Sampling
 from coevo.policy.cache import KvLayout
-from coevo.policy.sample import filtered_probs, inverse_cdf
+from coevo.policy.sample import choose
 
 MODES = ("auto", "eager", "static", "graphs")
 """`HFPolicy(decode=...)`: `eager` the growing-cache loop; `static` this module's loop, neither
@@ -69,21 +69,6 @@ def rows_bucket(rows: int) -> int:
 def room_bucket(slots: int) -> int:
     """Cache slots a step attends over: `slots` rounded up to a multiple of `ROOM_STEP`."""
     return -(-slots // ROOM_STEP) * ROOM_STEP
-
-
-def pick(
-    logits: torch.Tensor, sampling: Sampling, u: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`coevo.policy.sample.choose` with each row's uniform given (rows,) rather than drawn:
-    the same operations, so the same tokens and log-probs from the same draws."""
-    if logits.dtype != torch.float64:
-        logits = logits.float()  # (rows, vocab)
-    if sampling.greedy or u is None:
-        chosen = logits.argmax(-1)
-    else:
-        chosen = inverse_cdf(filtered_probs(logits, sampling), u)
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, chosen[:, None])[:, 0]
-    return chosen, logp  # (rows,), (rows,)
 
 
 def slot_sdpa(
@@ -213,7 +198,7 @@ def forward_step(
 def sample_step(slots: Slots, logits: torch.Tensor, sampling: Sampling, stop_ids: torch.Tensor):
     """Choose, record and feed back each row's next token, all on the device."""
     u = slots.uniforms.index_select(1, slots.step)[:, 0]
-    chosen, logp = pick(logits, sampling, u)
+    chosen, logp = choose(logits, sampling, u)
     slots.tokens.index_copy_(1, slots.step, chosen[:, None])
     slots.logps.index_copy_(1, slots.step, logp[:, None].to(slots.logps.dtype))
     stop = (chosen[:, None] == stop_ids).any(-1) & (slots.first_stop == slots.mask.shape[1])
@@ -342,7 +327,7 @@ class StaticDecoder:
             slots.uniforms.zero_()
             if uniforms is not None:
                 slots.uniforms[:n, : uniforms.shape[1]] = uniforms
-            chosen, logp = pick(logits, sampling, None if uniforms is None else uniforms[:, 0])
+            chosen, logp = choose(logits, sampling, None if uniforms is None else uniforms[:, 0])
             slots.ids.zero_()
             slots.ids[:n] = chosen
             slots.tokens[:n, 0] = chosen
@@ -391,11 +376,17 @@ class StaticDecoder:
             return slots.graphs[key], False
         try:
             graph = self._capture(slots, sampling, stop_ids, keyword)
-        except Exception as exc:  # noqa: BLE001 - any failure: decode uncaptured instead
-            self.capture = False
-            self.fallback = f"CUDA graph capture failed ({type(exc).__name__}: {exc})"
-            warnings.warn(f"{self.fallback}; decoding without graphs.", stacklevel=3)
-            return None, True
+        except Exception as first:  # noqa: BLE001 - once more: its warm-up compiles anew
+            try:
+                graph = self._capture(slots, sampling, stop_ids, keyword)
+            except Exception as exc:  # noqa: BLE001 - any failure: decode uncaptured instead
+                self.capture = False
+                self.fallback = (
+                    f"CUDA graph capture failed twice (first: {_reasons(first)}; "
+                    f"then: {_reasons(exc, until=first)})"
+                )
+                warnings.warn(f"{self.fallback}; decoding without graphs.", stacklevel=3)
+                return None, True
         slots.graphs[key] = graph
         self.captures += 1
         return graph, True
@@ -422,9 +413,28 @@ class StaticDecoder:
             self._pool = torch.cuda.graph_pool_handle()  # one pool: graphs never run at once
         graph = torch.cuda.CUDAGraph()
         capturing = torch.cuda.graph(graph, pool=self._pool)
-        with sdpa_kernel(backends), static_attention(self.model), capturing:
+        # Compiling inside a capture fails (it copies constants from the host): a step the
+        # warm-up did not compile for raises at once, naming the guard that failed.
+        strict = torch._dynamo.config.patch(error_on_recompile=True)
+        with sdpa_kernel(backends), static_attention(self.model), strict, capturing:
             self.step(slots, sampling, stop_ids, keyword)
         return graph
+
+
+def _reasons(exc: BaseException, until: BaseException | None = None) -> str:
+    """An exception and the ones it was raised while handling (a capture that fails inside
+    raises again as it ends), back to `until`: each's type and first line, innermost first."""
+    chain: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen is not until and len(chain) < 3:
+        first_line = (str(seen).strip().splitlines() or [""])[0]
+        chain.append(f"{type(seen).__name__}: {first_line}")
+        seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+    return " <- ".join(reversed(chain))
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _falling_back(decoder: StaticDecoder, compiled: Callable, plain: Callable) -> Callable:
@@ -437,6 +447,8 @@ def _falling_back(decoder: StaticDecoder, compiled: Callable, plain: Callable) -
         try:
             return compiled(*args)
         except Exception as exc:  # noqa: BLE001 - a compiler failure: decode uncompiled
+            if _capturing():  # the capture's failure, not the compiler's: `_graph` decides
+                raise
             decoder._forward = plain
             decoder.fallback = f"compiling the decode step failed ({type(exc).__name__}: {exc})"
             warnings.warn(f"{decoder.fallback}; decoding uncompiled.", stacklevel=2)

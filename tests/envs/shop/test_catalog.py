@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
+from pathlib import Path
 
+import coevo
 from coevo.envs.shop import ShopEnv
 from coevo.envs.shop.catalog import Catalog, query_terms, write_catalog
 from coevo.envs.shop.generator import generate_products
 from coevo.envs.shop.vocabulary import PRODUCT_TYPES, TOP_CATEGORIES
 
 FINGERPRINT = (
-    "import hashlib; from coevo.envs.shop.generator import generate_products; "
+    "import hashlib, coevo; from coevo.envs.shop.generator import generate_products; "
+    "print(coevo.__file__); "
     "print(hashlib.sha256(''.join(p.to_json() for p in generate_products(300, 5)).encode())"
     ".hexdigest())"
 )
+
+
+def importable() -> str:
+    """The child's PYTHONPATH: where this process found coevo, whether installed or only on
+    PYTHONPATH (a source checkout), then this process's own PYTHONPATH; nothing else."""
+    here = str(Path(coevo.__file__).resolve().parents[1])
+    return os.pathsep.join([here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 
 
 def test_generator_is_deterministic_across_processes_and_hash_seeds():
@@ -28,9 +39,11 @@ def test_generator_is_deterministic_across_processes_and_hash_seeds():
             capture_output=True,
             text=True,
             check=True,
-            env={"PYTHONHASHSEED": hash_seed, "PATH": ""},
+            env={"PYTHONHASHSEED": hash_seed, "PATH": "", "PYTHONPATH": importable()},
         )
-        assert out.stdout.strip() == here
+        found, fingerprint = out.stdout.splitlines()
+        assert Path(found).resolve() == Path(coevo.__file__).resolve()  # the same coevo
+        assert fingerprint == here
     assert list(generate_products(50, 1)) != list(generate_products(50, 2))
 
 
