@@ -61,6 +61,7 @@ import argparse
 import os
 import tempfile
 import time
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from statistics import mean
@@ -75,7 +76,7 @@ from coevo.envs.pool import EnvPool
 from coevo.policy.base import Sampling
 from coevo.policy.hf import HFPolicy
 from coevo.policy.models import PRETRAINED, get_model
-from coevo.render import render_prompt
+from coevo.render import Conversation, render_prompt
 from coevo.rollout import rollout
 from coevo.seeds import derive, episode_seed
 from coevo.trajectory import Turn
@@ -123,6 +124,52 @@ def one_at_a_time(policy, env, tasks, sampling, seed):
     return rewards, steps
 
 
+class Breakdown:
+    """Wall seconds and calls of a few methods while it is open, the device synchronised
+    before and after each call (so a call's seconds hold the device work it queued)."""
+
+    def __init__(self, device: str, targets: list[tuple[type, str, str]]) -> None:
+        self.device, self.targets = device, targets
+        self.seconds = {label: 0.0 for _, _, label in targets}
+        self.calls = dict.fromkeys(self.seconds, 0)
+
+    def __enter__(self) -> Breakdown:
+        self.saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in self.targets]
+        for owner, name, label in self.targets:
+            setattr(owner, name, self._timed(owner.__dict__[name], label))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for owner, name, method in self.saved:
+            setattr(owner, name, method)
+
+    def _timed(self, method, label):
+        def timed(*args, **kwargs):
+            with clock(self.device) as took:
+                out = method(*args, **kwargs)
+            self.seconds[label] += took["wall"]
+            self.calls[label] += 1
+            return out
+
+        return timed
+
+    def lines(self, total: float) -> list[str]:
+        generate, prefill = self.seconds["generate"], self.seconds["prefill"]
+        parts = [
+            ("prefill (new tokens of each turn)", prefill, self.calls["prefill"]),
+            ("decoding (generate less its prefill)", generate - prefill, self.calls["generate"]),
+            ("env steps", self.seconds["env"], self.calls["env"]),
+            ("prompt rendering", self.seconds["render"], self.calls["render"]),
+        ]
+        rest = total - generate - self.seconds["env"] - self.seconds["render"]
+        return [
+            "| where the lockstep seconds went | seconds | share | calls |",
+            "|---|---:|---:|---:|",
+            *(f"| {n} | {sec:.1f} | {sec / total:.0%} | {c:,} |" for n, sec, c in parts),
+            f"| the rest (rollout's own loop) | {rest:.1f} | {rest / total:.0%} | |",
+        ]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -143,6 +190,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="time lockstep rollouts only, not one episode at a time (which decodes every task "
         "alone: minutes at 64 tasks on a GPU); prints, writes no results file",
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="print where the lockstep rollouts' seconds went: generation (its prefill apart), "
+        "env steps, prompt rendering (synchronising the device around each)",
     )
     parser.add_argument(
         "--ours-only",
@@ -208,7 +261,14 @@ def main() -> None:
         started = [pool.acquire() for _ in range(min(args.batch_size, len(tasks)))]
         for e in started:  # envs are built before the clock starts
             pool.release(e)
-        with gpu_peak(args.device) as lock_peak, clock(args.device) as took:
+        targets = [
+            (HFPolicy, "generate", "generate"),
+            (HFPolicy, "_prefill", "prefill"),
+            (EnvPool, "step_all", "env"),
+            (Conversation, "prompt", "render"),
+        ]
+        breakdown = Breakdown(args.device, targets) if args.breakdown else nullcontext()
+        with gpu_peak(args.device) as lock_peak, clock(args.device) as took, breakdown:
             trajectories = rollout(
                 policy, pool, tasks, sampling=sampling, batch_size=args.batch_size, seed=0
             )
@@ -248,6 +308,8 @@ def main() -> None:
             f"tokens run through the model, one at a time / lockstep: "
             f"{seq_tokens / max(lock_tokens, 1):.2f}",
         ]
+    if args.breakdown:
+        lines += ["", *breakdown.lines(lockstep_s)]
     if not cpu:
         memory = f"{lock_peak['peak_gpu_mb'] - lock_peak['before_gpu_mb']:,.0f} MB"
         if seq_peak is not None:

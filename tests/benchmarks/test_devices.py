@@ -207,8 +207,8 @@ def test_the_decoding_table_can_time_ours_alone(bench, nano_model_dir, one_threa
 
 
 @pytest.mark.slow
-def test_lockstep_alone_prints_its_row_and_writes_nothing(tmp_path):
-    cmd = [sys.executable, str(BENCHMARKS / "rollout_speed.py"), "--skip-sequential"]
+def test_lockstep_alone_prints_its_row_and_its_breakdown_and_writes_nothing(tmp_path):
+    cmd = [sys.executable, str(BENCHMARKS / "rollout_speed.py"), "--skip-sequential", "--breakdown"]
     cmd += ["--tasks", "2", "--batch-size", "2", "--max-new-tokens", "4"]
     results = BENCHMARKS / "results" / "rollout_speed.md"
     before = results.read_text()
@@ -218,3 +218,7 @@ def test_lockstep_alone_prints_its_row_and_writes_nothing(tmp_path):
     assert "| lockstep (rollout) |" in out.stdout
     assert "one at a time (ETO)" not in out.stdout
     assert "speedup" not in out.stdout
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ")]
+    parts = {row.split(" | ")[0][2:]: row.split(" | ") for row in rows}
+    assert int(parts["prefill (new tokens of each turn)"][3].rstrip(" |")) >= 1
+    assert int(parts["prompt rendering"][3].rstrip(" |")) >= 2  # one per episode and turn
