@@ -26,7 +26,9 @@ def importable() -> str:
     """The child's PYTHONPATH: where this process found coevo, whether installed or only on
     PYTHONPATH (a source checkout), then this process's own PYTHONPATH; nothing else."""
     here = str(Path(coevo.__file__).resolve().parents[1])
-    return os.pathsep.join([here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+    return os.pathsep.join(
+        [here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    )
 
 
 def test_generator_is_deterministic_across_processes_and_hash_seeds():
