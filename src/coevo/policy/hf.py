@@ -53,6 +53,9 @@ DTYPES = {
     "float16": torch.float16,
 }
 
+Generators = list[torch.Generator | None]  # one per prompt, None when greedy
+Keys = Sequence[Hashable] | None  # one session key per prompt
+
 
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
@@ -216,11 +219,7 @@ class HFPolicy:
             return self._generate_eager(prompts, sampling, generators, sessions)
 
     def _generate_eager(
-        self,
-        prompts: list[list[int]],
-        sampling: Sampling,
-        generators: list[torch.Generator | None],
-        sessions: Sequence[Hashable] | None,
+        self, prompts: list[list[int]], sampling: Sampling, generators: Generators, sessions: Keys
     ) -> list[Completion]:
         """`generate` one step at a time, dropping finished rows as it goes."""
         n = len(prompts)
@@ -292,11 +291,7 @@ class HFPolicy:
         return [self._completion(tokens[i], logps[i], finish[i], sampling) for i in range(n)]
 
     def _generate_static(
-        self,
-        prompts: list[list[int]],
-        sampling: Sampling,
-        generators: list[torch.Generator | None],
-        sessions: Sequence[Hashable] | None,
+        self, prompts: list[list[int]], sampling: Sampling, generators: Generators, sessions: Keys
     ) -> list[Completion]:
         """`generate` over fixed shapes (`static_decode`): the eager loop's tokens and
         log-probs, its stop ids found on the device, its stop strings every `sync_every`
