@@ -237,6 +237,24 @@ def test_get_model_converts_once_into_the_cache_and_then_reuses_it(tiny_register
     assert len(calls) == 1
 
 
+def test_a_cached_conversion_with_the_wrong_end_token_is_refused_with_the_fix(tiny_registered):
+    import json
+
+    first = get_model("tiny")
+    config = json.loads((first / "tokenizer_config.json").read_text())
+    eos = config["eos_token"]
+    other = next(
+        t["content"]
+        for t in json.loads((first / "tokenizer.json").read_text())["added_tokens"]
+        if t["content"] != eos
+    )
+    (first / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": other}))
+    with pytest.raises(models.ModelError, match=r"ends turns with .*Delete .* `coevo model get`"):
+        get_model("tiny")
+    (first / "tokenizer_config.json").write_text(json.dumps(config))
+    assert get_model("tiny") == first
+
+
 def test_get_model_replaces_an_unfinished_directory_and_honours_out(tiny_registered, tmp_path):
     final = tiny_registered / "tiny"
     final.mkdir(parents=True)

@@ -90,6 +90,7 @@ def get_model(
     """The checkpoint directory of pretrained model `name`, converted on first use."""
     final = Path(out) if out is not None else model_dir(name)
     if (final / "config.json").is_file():
+        check_end_token(final)
         return final
     source = gguf_path(name)
     (progress or (lambda _: None))(f"converting {source.name} into {final}")
@@ -107,6 +108,31 @@ def get_model(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def check_end_token(checkpoint: Path) -> None:
+    """Refuse a converted checkpoint whose tokenizer ends turns with another token than its
+    generation config: transformers 5.17's GGUF reader swapped bos and eos, and conversions it
+    made (coevo before it set them itself) stop generation at the start of a turn."""
+    import json
+
+    def read(name: str) -> dict[str, Any]:
+        path = checkpoint / name
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    eos = read("tokenizer_config.json").get("eos_token")
+    wanted = read("generation_config.json").get("eos_token_id")
+    if not isinstance(eos, str) or wanted is None:
+        return
+    ids = {t["content"]: t["id"] for t in read("tokenizer.json").get("added_tokens", [])}
+    wanted = wanted if isinstance(wanted, list) else [wanted]
+    if eos in ids and ids[eos] not in wanted:
+        raise ModelError(
+            f"The converted model in {checkpoint} ends turns with {eos!r} (id {ids[eos]}) where "
+            f"its generation config ends them with id {wanted[0]}: an older conversion (by "
+            f"transformers 5.17's GGUF reader). Delete {checkpoint} and run "
+            "`coevo model get` again."
+        )
 
 
 def convert_gguf(gguf_file: Path | str, out: Path | str) -> dict[str, Any]:
