@@ -5,7 +5,8 @@
 Chosen and rejected sides go through the model in one forward pass, as forks where the model
 allows (`shared_prefix`: the tokens both sides open with are computed once), else as rows. The
 reference log-probs are computed once, before the first step, over the whole pair set (with the
-model as it is then: the policy at the iteration's start), kept on the examples and written to
+model as it is then: the policy at the iteration's start; `REFERENCE_BATCHES` micro-batches a
+forward, read back from the device once), kept on the examples and written to
 `output_dir/reference_logps.json`, so no second model sits in memory and a resumed run uses the
 same reference. `reference="live"` keeps a frozen copy instead (with LoRA: the base model with
 adapters switched off, which costs no memory).
@@ -23,7 +24,7 @@ from typing import Any, ClassVar
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import gather_object
+from accelerate.utils import gather_object, send_to_device
 
 from coevo.attention import sdpa_backends
 from coevo.train import loop
@@ -34,11 +35,15 @@ from coevo.train.batches import (
     collate_dpo,
     collate_forked,
 )
-from coevo.train.losses import dpo_loss
+from coevo.train.losses import DpoLoss, dpo_loss
 from coevo.train.model import reference_forward
 from coevo.train.settings import Optim, TrainerConfig
 
 REFERENCE_FILE = "reference_logps.json"
+REFERENCE_BATCHES = 4
+"""The reference pass takes this many training micro-batches of pairs per forward: it keeps
+no activations for a backward, so a bigger batch costs little memory, and fewer forwards
+launch fewer kernels."""
 
 
 @dataclass(frozen=True)
@@ -137,40 +142,23 @@ def train_dpo(
     with loop.progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
         task = bar.add_task("dpo", total=total_steps, completed=step, info="")
         for step, epoch, window in passes.steps(out, start):
-            pairs = loop.global_sum(accelerator, sum(len(b["weight"]) for b in window))
-            sums: dict[str, float] = {}
+            pairs = global_count(accelerator, sum(len(b["weight"]) for b in window))
+            sums = None
             for i, batch in enumerate(window):
                 with loop.sync_unless(accelerator, net, i < len(window) - 1):
-                    logps, tokens = pair_logps(net, batch)
-                    chosen, rejected = logps.chunk(2)
-                    if live:
-                        ref_chosen, ref_rejected = live_reference(accelerator, net, ref_net, batch)
-                    else:
-                        ref_chosen, ref_rejected = batch["ref_chosen"], batch["ref_rejected"]
-                    loss = dpo_loss(
-                        chosen,
-                        rejected,
-                        ref_chosen,
-                        ref_rejected,
-                        beta=config.beta,
-                        weights=batch["weight"],
-                        sft_weights=batch["sft_weight"],
-                        chosen_tokens=tokens.chunk(2)[0],
-                        lambda_dpo=config.lambda_dpo,
-                    )
+                    loss, tokens = batch_loss(accelerator, net, ref_net, batch, config)
                     # Mean over the window's pairs on all processes (DDP averages over
                     # processes, * num_processes undoes it): see losses.py.
                     accelerator.backward(loss.per_pair.sum() * accelerator.num_processes / pairs)
-                n = len(chosen)
-                for k, v in loss.metrics().items():
-                    sums[k] = sums.get(k, 0.0) + float(v) * n
-                sums["tokens"] = sums.get("tokens", 0.0) + float(batch["tokens"])
+                part = step_sums(loss, tokens)
+                sums = part if sums is None else sums + part
             grad_norm, lr = loop.optimizer_step(
                 accelerator, net, optimizer, scheduler, config.optim
             )
-            tokens_seen = loop.global_sum(accelerator, sums.pop("tokens"))
+            # The step's one read of the device: every metric and the token count at once.
+            *totals, tokens_seen = accelerator.reduce(sums, reduction="sum").tolist()
             record: dict[str, Any] = {"step": step, "epoch": epoch}
-            record.update({k: loop.global_sum(accelerator, v) / pairs for k, v in sums.items()})
+            record.update({k: v / pairs for k, v in zip(DpoLoss.METRICS, totals, strict=True)})
             record.update(lr=lr, grad_norm=grad_norm, tokens_per_s=meter.rate(int(tokens_seen)))
             bar.update(
                 task,
@@ -180,6 +168,47 @@ def train_dpo(
             out.step_done(record, epoch, last)
 
     return loop.finish(net, out, step, total_steps, tokenizer, save=save_model)
+
+
+def batch_loss(
+    accelerator: Accelerator,
+    net: Any,
+    ref_net: Any,
+    batch: dict[str, torch.Tensor],
+    config: DpoConfig,
+) -> tuple[DpoLoss, torch.Tensor]:
+    """The loss of one micro-batch (one forward of the policy over both sides; with a live
+    reference, one of the reference) and its token count (a 0-d tensor), on the device."""
+    logps, tokens = pair_logps(net, batch)
+    chosen, rejected = logps.chunk(2)
+    if config.reference == "live":
+        ref_chosen, ref_rejected = live_reference(accelerator, net, ref_net, batch)
+    else:
+        ref_chosen, ref_rejected = batch["ref_chosen"], batch["ref_rejected"]
+    loss = dpo_loss(
+        chosen,
+        rejected,
+        ref_chosen,
+        ref_rejected,
+        beta=config.beta,
+        weights=batch["weight"],
+        sft_weights=batch["sft_weight"],
+        chosen_tokens=tokens.chunk(2)[0],
+        lambda_dpo=config.lambda_dpo,
+    )
+    return loss, batch["tokens"]
+
+
+def step_sums(loss: DpoLoss, tokens: torch.Tensor) -> torch.Tensor:
+    """(len(DpoLoss.METRICS) + 1,) on the device: each metric's batch mean times the batch's pairs,
+    then its tokens; a step adds these up over its micro-batches and reads them once."""
+    n = loss.per_pair.shape[0]
+    return torch.stack([*(v.float() * n for v in loss.metrics().values()), tokens.float()])
+
+
+def global_count(accelerator: Accelerator, n: int) -> float:
+    """`n` summed over all processes; on one process `n` itself, without touching the device."""
+    return float(n) if accelerator.num_processes == 1 else loop.global_sum(accelerator, n)
 
 
 def pair_logps(net: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,17 +277,28 @@ def reference_logps(
             for e, c, r in zip(examples, stored["chosen"], stored["rejected"], strict=True)
         ]
     net.eval()
-    order = LengthBatches([e.length for e in examples], config.batch_size, seed=0, shuffle=False)
+    # Unwrapped (under autocast still): processes may get unequal shares of the batches, and a
+    # DDP forward is a collective (its buffers are broadcast) that all would have to join.
+    model = accelerator.unwrap_model(net)
+    size = config.batch_size * REFERENCE_BATCHES
+    order = LengthBatches([e.length for e in examples], size, seed=0, shuffle=False)
     mine = order.batches(0)[accelerator.process_index :: accelerator.num_processes]
-    found: list[tuple[int, float, float]] = []
+    parts = []
     with loop.progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
         task = bar.add_task("reference log-probs", total=len(mine), info="")
         for idx in mine:
             batch = collate([examples[i] for i in idx])
-            logps, _ = pair_logps(net, {k: v.to(accelerator.device) for k, v in batch.items()})
-            chosen, rejected = logps.float().cpu().chunk(2)
-            found.extend(zip(idx, chosen.tolist(), rejected.tolist(), strict=True))
+            logps, _ = pair_logps(model, send_to_device(batch, accelerator.device))
+            parts.append(logps.float())  # (2 * pairs,): chosen sides, then rejected ones
             bar.advance(task)
+    # One read of the device for the whole pass, not one per batch.
+    values = torch.cat(parts).tolist() if parts else []
+    found: list[tuple[int, float, float]] = []
+    start = 0
+    for idx in mine:
+        middle, end = start + len(idx), start + 2 * len(idx)
+        found.extend(zip(idx, values[start:middle], values[middle:end], strict=True))
+        start = end
     found = sorted(gather_object(found))
     chosen_all = [c for _, c, _ in found]
     rejected_all = [r for _, _, r in found]

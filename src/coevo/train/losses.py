@@ -24,6 +24,7 @@ How a batch is normalised (the same rule in SFT, DPO and the loops' gradient acc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -170,7 +171,7 @@ class DpoLoss:
     dpo: torch.Tensor
     """(pairs,) unweighted sigmoid DPO loss -log sigmoid(beta * margin)."""
     nll: torch.Tensor
-    """(pairs,) chosen NLL per agent token."""
+    """(pairs,) chosen NLL per agent token (0 where `dpo_loss` got no token counts)."""
     chosen_rewards: torch.Tensor
     """(pairs,) beta * (log pi(chosen) - log ref(chosen)), detached."""
     rejected_rewards: torch.Tensor
@@ -180,20 +181,34 @@ class DpoLoss:
     rejected_logps: torch.Tensor
     """(pairs,) the policy's summed log-probs of the rejected side, detached."""
 
+    METRICS: ClassVar[tuple[str, ...]] = (
+        "loss",
+        "dpo_loss",
+        "sft_nll",
+        "reward_accuracy",
+        "reward_margin",
+        "reward_chosen",
+        "reward_rejected",
+        "logps_chosen",
+        "logps_rejected",
+    )
+    """The names of `metrics`, in its order."""
+
     def metrics(self) -> dict[str, torch.Tensor]:
         """Batch means of what users watch (detached scalars): accuracy, margin, rewards."""
         margins = self.chosen_rewards - self.rejected_rewards
-        return {
-            "loss": self.loss.detach(),
-            "dpo_loss": self.dpo.detach().mean(),
-            "sft_nll": self.nll.detach().mean(),
-            "reward_accuracy": (margins > 0).float().mean(),
-            "reward_margin": margins.mean(),
-            "reward_chosen": self.chosen_rewards.mean(),
-            "reward_rejected": self.rejected_rewards.mean(),
-            "logps_chosen": self.chosen_logps.mean(),
-            "logps_rejected": self.rejected_logps.mean(),
-        }
+        values = (
+            self.loss.detach(),
+            self.dpo.detach().mean(),
+            self.nll.detach().mean(),
+            (margins > 0).float().mean(),
+            margins.mean(),
+            self.chosen_rewards.mean(),
+            self.rejected_rewards.mean(),
+            self.chosen_logps.mean(),
+            self.rejected_logps.mean(),
+        )
+        return dict(zip(self.METRICS, values, strict=True))
 
 
 def dpo_loss(
@@ -212,25 +227,27 @@ def dpo_loss(
 
     All inputs are (pairs,): summed agent-token log-probs of the policy and the reference;
     `weights` w_i (default 1), `sft_weights` s_i (default 0), `chosen_tokens` the number of
-    agent tokens of each chosen trajectory (needed when any s_i > 0).
+    agent tokens of each chosen trajectory (needed with `sft_weights`).
     With w = 1 and s = 0 this is exactly plain DPO averaged over the batch.
     """
     if beta <= 0:
         raise ValueError(f"DPO beta must be > 0, got {beta}; the paper uses 0.1 to 0.5.")
-    ones = torch.ones_like(chosen_logps)
-    weights = ones if weights is None else weights.to(chosen_logps)
+    weights = torch.ones_like(chosen_logps) if weights is None else weights.to(chosen_logps)
     chosen_ratio = chosen_logps - ref_chosen_logps  # (pairs,)
     rejected_ratio = rejected_logps - ref_rejected_logps
     dpo = -F.logsigmoid(beta * (chosen_ratio - rejected_ratio))
-    if sft_weights is None or not bool((sft_weights != 0).any()):
+    # No test of the weights' values: on a GPU that would wait for it (a host sync). A zero
+    # s_i adds an exact 0 to its pair's loss and gradient.
+    if sft_weights is not None and chosen_tokens is None:
+        raise ValueError("dpo_loss needs chosen_tokens when sft_weights are given.")
+    if chosen_tokens is None:
         nll = torch.zeros_like(chosen_logps)
-        sft_term = nll
     else:
-        if chosen_tokens is None:
-            raise ValueError("dpo_loss needs chosen_tokens when sft_weights are non-zero.")
         nll = -chosen_logps / chosen_tokens.to(chosen_logps).clamp(min=1)
-        sft_term = sft_weights.to(chosen_logps) * nll
-    per_pair = weights * (lambda_dpo * dpo + sft_term)
+    term = lambda_dpo * dpo
+    if sft_weights is not None:
+        term = term + sft_weights.to(chosen_logps) * nll
+    per_pair = weights * term
     return DpoLoss(
         loss=per_pair.mean(),
         per_pair=per_pair,
