@@ -142,7 +142,7 @@ def train_dpo(
     with loop.progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):
         task = bar.add_task("dpo", total=total_steps, completed=step, info="")
         for step, epoch, window in passes.steps(out, start):
-            pairs = global_count(accelerator, sum(len(b["weight"]) for b in window))
+            pairs = loop.global_sum(accelerator, sum(len(b["weight"]) for b in window))
             sums = None
             for i, batch in enumerate(window):
                 with loop.sync_unless(accelerator, net, i < len(window) - 1):
@@ -204,11 +204,6 @@ def step_sums(loss: DpoLoss, tokens: torch.Tensor) -> torch.Tensor:
     then its tokens; a step adds these up over its micro-batches and reads them once."""
     n = loss.per_pair.shape[0]
     return torch.stack([*(v.float() * n for v in loss.metrics().values()), tokens.float()])
-
-
-def global_count(accelerator: Accelerator, n: int) -> float:
-    """`n` summed over all processes; on one process `n` itself, without touching the device."""
-    return float(n) if accelerator.num_processes == 1 else loop.global_sum(accelerator, n)
 
 
 def pair_logps(net: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

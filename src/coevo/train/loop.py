@@ -328,7 +328,10 @@ def sync_unless(accelerator: Accelerator, model: nn.Module, accumulating: bool) 
 
 
 def global_sum(accelerator: Accelerator, value: float | int) -> float:
-    """Sum of a number over all processes."""
+    """Sum of a number over all processes; on one process the number itself, without a trip
+    to the device and back (a host sync on a GPU)."""
+    if accelerator.num_processes == 1:
+        return float(value)
     t = torch.tensor(float(value), device=accelerator.device)
     return float(accelerator.reduce(t, reduction="sum"))
 
