@@ -125,17 +125,25 @@ def one_at_a_time(policy, env, tasks, sampling, seed):
 
 
 class Breakdown:
-    """Wall seconds and calls of a few methods while it is open, the device synchronised
-    before and after each call (so a call's seconds hold the device work it queued)."""
+    """Wall seconds and calls of the methods a lockstep rollout spends its time in, while it is
+    open, the device synchronised before and after each call (so a call's seconds hold the
+    device work it queued)."""
 
-    def __init__(self, device: str, targets: list[tuple[type, str, str]]) -> None:
-        self.device, self.targets = device, targets
-        self.seconds = {label: 0.0 for _, _, label in targets}
+    TARGETS = (  # (owner, method, label)
+        (HFPolicy, "generate", "generate"),
+        (HFPolicy, "_prefill", "prefill"),
+        (EnvPool, "step_all", "env"),
+        (Conversation, "prompt", "render"),
+    )
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.seconds = {label: 0.0 for _, _, label in self.TARGETS}
         self.calls = dict.fromkeys(self.seconds, 0)
 
     def __enter__(self) -> Breakdown:
-        self.saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in self.targets]
-        for owner, name, label in self.targets:
+        self.saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in self.TARGETS]
+        for owner, name, label in self.TARGETS:
             setattr(owner, name, self._timed(owner.__dict__[name], label))
         return self
 
@@ -261,13 +269,7 @@ def main() -> None:
         started = [pool.acquire() for _ in range(min(args.batch_size, len(tasks)))]
         for e in started:  # envs are built before the clock starts
             pool.release(e)
-        targets = [
-            (HFPolicy, "generate", "generate"),
-            (HFPolicy, "_prefill", "prefill"),
-            (EnvPool, "step_all", "env"),
-            (Conversation, "prompt", "render"),
-        ]
-        breakdown = Breakdown(args.device, targets) if args.breakdown else nullcontext()
+        breakdown = Breakdown(args.device) if args.breakdown else nullcontext()
         with gpu_peak(args.device) as lock_peak, clock(args.device) as took, breakdown:
             trajectories = rollout(
                 policy, pool, tasks, sampling=sampling, batch_size=args.batch_size, seed=0

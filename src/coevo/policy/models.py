@@ -179,7 +179,7 @@ SPECIAL_KEYS = {
 }
 
 
-def special_tokens(gguf_file: Path) -> dict[str, tuple[int, str] | None]:
+def special_tokens(gguf_file: Path) -> dict[str, Any]:
     """bos, eos, pad and unk of `gguf_file`, as (id, token) from its own metadata (None where
     it names none), and "model": its `tokenizer.ggml.model` ("gpt2": byte-level BPE)."""
     from gguf import GGUFReader, GGUFValueType
