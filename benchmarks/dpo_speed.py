@@ -332,7 +332,7 @@ def main() -> None:
             rendered = [render(t, tok) for p in pairs for t in (p.chosen, p.rejected)]
             sides = zip(rendered[::2], rendered[1::2], strict=True)
             forked = collate_forked([DpoExample(c, r) for c, r in sides])
-            shared = int(forked["forks"][:, 0].sum())
+            shared = int(forked["forks"].lengths[:, 0].sum())
         tokens = sum(len(r.input_ids) for r in rendered) * args.epochs
         agent_share = sum(sum(r.action_mask) for r in rendered) * args.epochs / tokens
         trainers = ["ours", "ours-rows", "trl"] if args.rows else ["ours", "trl"]

@@ -26,6 +26,7 @@ after another in one row, no padding, each attending to itself only.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple
 
@@ -94,47 +95,95 @@ def packed_sdpa(
     return out, None  # (batch, tokens, heads, head_dim), as transformers' own functions
 
 
+class PairForks(NamedTuple):
+    """A row of preference pairs laid out as forks (`coevo.train.batches.collate_forked`: each
+    pair's shared prefix, the rest of its chosen side, the rest of its rejected side), and how
+    `forked_sdpa` runs its attention: as two padded batches of one row per pair. Made once per
+    batch on the host (`pair_forks`): no layer reads a length back from the device."""
+
+    lengths: torch.Tensor
+    """(pairs, 3) int64: each pair's prefix, chosen rest and rejected rest token counts."""
+    chosen: torch.Tensor
+    """(pairs, longest p + c) int64: the row positions of each pair's prefix and chosen rest,
+    in order, padded at the end (with the pair's first position)."""
+    rejected: torch.Tensor
+    """(pairs, longest p + r) int64: the same for its prefix and rejected rest."""
+    take: torch.Tensor
+    """(tokens,) int64: where each row position's output lies in the two batches' outputs laid
+    end to end (pairs x width rows each): the prefix and the chosen rest from the first, the
+    rejected rest from the second."""
+
+
+def pair_forks(lengths: Sequence[tuple[int, int, int]]) -> PairForks:
+    """The `PairForks` of pairs with these (prefix, chosen rest, rejected rest) lengths, one
+    after another in a row; its tensors on the CPU (a batch's move to the device takes them)."""
+    pairs = len(lengths)
+    wide = max((p + c for p, c, _ in lengths), default=0)
+    wide_rejected = max((p + r for p, _, r in lengths), default=0)
+    chosen = torch.zeros((pairs, wide), dtype=torch.long)
+    rejected = torch.zeros((pairs, wide_rejected), dtype=torch.long)
+    take = []
+    start = 0
+    for i, (p, c, r) in enumerate(lengths):
+        rest = start + p + c
+        chosen[i] = start
+        chosen[i, : p + c] = torch.arange(start, rest)
+        rejected[i] = start
+        rejected[i, :p] = torch.arange(start, start + p)
+        rejected[i, p : p + r] = torch.arange(rest, rest + r)
+        take.append(torch.arange(i * wide, i * wide + p + c))
+        first = pairs * wide + i * wide_rejected + p
+        take.append(torch.arange(first, first + r))
+        start = rest + r
+    return PairForks(
+        torch.tensor(lengths, dtype=torch.long).reshape(-1, 3),
+        chosen,
+        rejected,
+        torch.cat(take) if take else torch.zeros(0, dtype=torch.long),
+    )
+
+
 def forked_sdpa(
     module: torch.nn.Module,
     query: torch.Tensor,  # (1, heads, tokens, head_dim): the pairs one after another
     key: torch.Tensor,  # (1, kv_heads, tokens, head_dim)
     value: torch.Tensor,
-    forks: tuple[tuple[int, int, int], ...],
+    forks: PairForks,
     dropout: float,
     scaling: float | None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """Attention over pairs laid out as forks: for each pair, its shared prefix (`p` tokens),
-    the rest of its chosen side (`c`), the rest of its rejected side (`r`), in one row.
+    """Attention over pairs laid out as forks (`PairForks`): the prefix and the chosen rest
+    attend causally to themselves; the rejected rest attends to the prefix and causally to
+    itself, never to the chosen rest.
 
-    The prefix and the chosen rest attend causally to themselves; the rejected rest attends to
-    the prefix and causally to itself, never to the chosen rest. Each is one causal SDPA call
-    (the fused kernel, no mask): the second runs the prefix's queries again and drops them, a
-    p^2 / 2 share of attention, against the prefix's whole forward and backward saved once.
+    Two causal SDPA calls (the fused kernel, no mask), whatever the number of pairs: one over
+    the pairs' prefix + chosen rest, one over their prefix + rejected rest, each a batch of one
+    row per pair, gathered from the row and padded at the end (a padded query is dropped, and
+    no real query sees a padded key: the gradients are exact). The second runs the prefix's
+    queries again and drops them, a p^2 / 2 share of attention, against the prefix's whole
+    forward and backward saved once. A call per pair instead would be launches in proportion
+    to the pairs on a GPU, in every layer, forward, backward and recomputation.
     The mask is not read: callers pass `fork_mask`, so that the model does not build one.
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    def causal(*slices: slice) -> torch.Tensor:  # (1, tokens, heads, head_dim)
-        if len(slices) == 1:  # a view: no copy
-            q, k, v = (x[:, :, slices[0]] for x in (query, key, value))
-        else:
-            q, k, v = (torch.cat([x[:, :, s] for s in slices], dim=2) for x in (query, key, value))
+    if forks.take.shape[0] != query.shape[2]:
+        raise ValueError(
+            f"pair_forks cover {forks.take.shape[0]} tokens but the row holds {query.shape[2]}."
+        )
+    outs = []
+    for index in (forks.chosen, forks.rejected):
+        # (pairs, heads, width, head_dim): each pair's positions gathered into its own row.
+        q, k, v = (
+            x[0].index_select(1, index.reshape(-1)).unflatten(1, index.shape).transpose(0, 1)
+            for x in (query, key, value)
+        )
         out, _ = sdpa_attention_forward(
             module, q, k, v, None, dropout=dropout, scaling=scaling, is_causal=True, **kwargs
         )
-        return out
-
-    parts = []
-    start = 0
-    for p, c, r in forks:
-        prefix, rejected = slice(start, start + p), slice(start + p + c, start + p + c + r)
-        parts.append(causal(slice(start, start + p + c)))
-        parts.append(causal(prefix, rejected)[:, p:])
-        start += p + c + r
-    if start != query.shape[2]:
-        raise ValueError(f"pair_forks cover {start} tokens but the row holds {query.shape[2]}.")
-    return torch.cat(parts, dim=1), None
+        outs.append(out.flatten(0, 1))  # (pairs * width, heads, head_dim)
+    return torch.cat(outs).index_select(0, forks.take).unsqueeze(0), None
 
 
 class PackedSeqs(NamedTuple):

@@ -117,7 +117,7 @@ def test_forked_pairs_give_what_padded_rows_give():
     assert net.can_fork()
     forked = collate_forked(pairs)
     n = len(pairs[4].chosen.input_ids)  # the other sequence
-    assert forked["forks"].tolist() == [
+    assert forked["forks"].lengths.tolist() == [
         [14, 16, n],
         [17, 1, 13],
         [29, 1, 1],
@@ -125,7 +125,9 @@ def test_forked_pairs_give_what_padded_rows_give():
         [0, n, 30],
     ]
     # Each shared prefix runs once: fewer tokens than both sides, and no pads.
-    assert forked["input_ids"].shape[1] == forked["forks"].sum() < rows["attention_mask"].sum()
+    assert (
+        forked["input_ids"].shape[1] == forked["forks"].lengths.sum() < rows["attention_mask"].sum()
+    )
     assert int(forked["tokens"]) == int(rows["attention_mask"].sum())
     got, tokens = pair_logps(net, forked)
     (got * torch.linspace(1, 2, len(got), dtype=got.dtype)).sum().backward()

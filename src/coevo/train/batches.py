@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
+from coevo.attention import pair_forks
 from coevo.lengths import common_prefix
 from coevo.trajectory import Pair, Trajectory
 
@@ -128,13 +129,14 @@ def collate_dpo(examples: Sequence[DpoExample]) -> dict[str, torch.Tensor]:
     return batch
 
 
-def collate_forked(examples: Sequence[DpoExample]) -> dict[str, torch.Tensor]:
+def collate_forked(examples: Sequence[DpoExample]) -> dict[str, Any]:
     """A batch of pairs as ONE row of forks: each pair's shared prefix once, then the rest of
     its chosen side, then the rest of its rejected side (`coevo.attention.forked_sdpa`
     runs attention over it as if the sides were two rows). No padding.
 
     -> input_ids, position_ids: (1, tokens), positions restarting where the rejected rest
-    starts; forks: (pairs, 3) prefix / chosen rest / rejected rest lengths; scored: (4, agent
+    starts; forks: their `PairForks` (each pair's prefix / chosen rest / rejected rest
+    lengths, and the gathers `forked_sdpa` runs them with); scored: (4, agent
     tokens) for each scored token its row position (the token before it), its id, its pair and
     its side (0: in the shared prefix, counted for both; 1: chosen; 2: rejected). The prefix
     stops where the ids or the agent masks part, and leaves each side at least one token.
@@ -170,7 +172,7 @@ def collate_forked(examples: Sequence[DpoExample]) -> dict[str, torch.Tensor]:
     batch = {
         "input_ids": torch.tensor([ids], dtype=torch.long),
         "position_ids": torch.tensor([positions], dtype=torch.long),
-        "forks": torch.tensor(forks, dtype=torch.long).reshape(-1, 3),
+        "forks": pair_forks(forks),
         "scored": torch.tensor(scored, dtype=torch.long).reshape(-1, 4).T.contiguous(),
         "tokens": torch.tensor(
             sum(len(e.chosen.input_ids) + len(e.rejected.input_ids) for e in examples)

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from coevo.attention import PackedSeqs, fork_mask, use_packed_attention
+from coevo.attention import PackedSeqs, PairForks, fork_mask, use_packed_attention
 from coevo.lengths import length_groups
 from coevo.train.losses import head_logps, sequence_logps, token_logps
 from coevo.train.settings import Compute, Lora
@@ -187,7 +187,7 @@ class AgentLogps(nn.Module):
         *,
         per_token: bool = False,
         position_ids: torch.Tensor | None = None,
-        forks: torch.Tensor | None = None,
+        forks: PairForks | None = None,
         scored: torch.Tensor | None = None,
         lengths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -279,7 +279,7 @@ class AgentLogps(nn.Module):
         self,
         input_ids: torch.Tensor,  # (1, tokens)
         position_ids: torch.Tensor,  # (1, tokens)
-        forks: torch.Tensor,  # (pairs, 3)
+        forks: PairForks,
         scored: torch.Tensor,  # (4, agent tokens): row, id, pair, side
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.can_fork():  # another attention would drop the forks and mix the sides
@@ -293,17 +293,18 @@ class AgentLogps(nn.Module):
             attention_mask=fork_mask(input_ids.device),
             position_ids=position_ids,
             use_cache=False,
-            pair_forks=tuple(tuple(f) for f in forks.tolist()),
+            pair_forks=forks,
         ).last_hidden_state[0]  # (tokens, hidden)
         rows, labels, pair, side = scored
         logps, _ = _head(base, hidden[rows], labels)
-        pairs = forks.shape[0]
+        pairs = forks.lengths.shape[0]
         sums, counts = [], []
+        # Weights, not a boolean mask or a bincount: those read sizes back from the device.
         for other in (2, 1):  # chosen: shared + chosen tokens; rejected: shared + rejected
             keep = side != other
             zeros = torch.zeros(pairs, device=logps.device, dtype=logps.dtype)
-            sums.append(zeros.index_add(0, pair[keep], logps[keep]))
-            counts.append(torch.bincount(pair[keep], minlength=pairs))
+            sums.append(zeros.index_add(0, pair, logps * keep))
+            counts.append(torch.zeros_like(zeros, dtype=torch.long).index_add(0, pair, keep.long()))
         return torch.cat(sums), torch.cat(counts)
 
     def _score_packed(
