@@ -176,7 +176,9 @@ def forked_sdpa(
     for index in (forks.chosen, forks.rejected):
         # (pairs, heads, width, head_dim): each pair's positions gathered into its own row.
         q, k, v = (
-            x[0].index_select(1, index.reshape(-1)).unflatten(1, index.shape).transpose(0, 1)
+            x.index_select(2, index.reshape(-1))
+            .view(x.shape[1], *index.shape, x.shape[3])
+            .transpose(0, 1)
             for x in (query, key, value)
         )
         out, _ = sdpa_attention_forward(
