@@ -41,6 +41,11 @@ Ours computes the tokens a pair's two sides open with once (`dpo.shared_prefix`,
 default; the setup line says what share of the tokens that is). `--rows` also runs ours with
 it off, every side in full as TRL does, to show what that saves apart from the rest.
 
+`--ops` adds one untimed run per trainer that counts the ops it dispatches per optimizer step
+(`measure.Ops`: forward, backward, optimizer and the reference pass; ours' final checkpoint
+left out): a figure of the code, the same on any machine, and on a GPU about the launches a step
+makes, which is what a small model's step waits on there.
+
 With --repeats N every run is repeated N times (interleaved) and the best of each is kept.
 The last two lines are `speedup: N.NN` (ours / TRL tokens/s) and `memory ratio: N.NN`
 (ours / TRL peak growth). Nano runs are recorded under "## Runs" in the results file, a
@@ -63,15 +68,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from machine import DEVICES, check_device, describe, gpu_name, results_file
-from measure import clock, measure, run_child
+from measure import Ops, clock, measure, run_child
 
 ITEM = re.compile(r"\[(B0[A-Z0-9]{8})\]")
 
@@ -162,9 +169,10 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
     # part of ours' time, and timed on its own to show how much (1.6 GB for a 135M model).
     saving = {"save_cpu": 0.0, "save_wall": 0.0}
     save = CheckpointDir.save
+    ops = Ops() if args.ops else None
 
     def timed_save(self, step: int, epoch: int) -> None:
-        with clock(args.device) as took:
+        with clock(args.device) as took, ops.paused() if ops else nullcontext():
             save(self, step, epoch)
         saving["save_cpu"] += took["cpu"]
         saving["save_wall"] += took["wall"]
@@ -173,12 +181,18 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
     device = "cpu" if cpu else "auto"  # auto: accelerate's choice, the GPU
     if not cpu:
         model.to("cuda")  # before the clock, as TRL's trainer does in its constructor
-    got = measure(
-        lambda: train_dpo(
+
+    def train() -> None:
+        train_dpo(
             model, examples, config, output_dir=out, device=device, resume=False, save_model=False
-        ),
-        args.device,
-    )
+        )
+
+    if ops:  # untimed: counting slows every op
+        with ops:
+            train()
+        got = {"ops": ops.n}
+    else:
+        got = measure(train, args.device)
     shutil.rmtree(out, ignore_errors=True)
     return {**got, **saving}
 
@@ -214,9 +228,10 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
     )
     reference = {"ref_cpu": 0.0, "ref_wall": 0.0}
     precompute = DPOTrainer._precompute_ref_logps
+    ops = Ops() if args.ops else None
 
     def timed_precompute(self, *args_, **kwargs):
-        with clock(args.device) as took:
+        with clock(args.device) as took, ops or nullcontext():
             out = precompute(self, *args_, **kwargs)
         reference["ref_cpu"] += took["cpu"]
         reference["ref_wall"] += took["wall"]
@@ -226,19 +241,22 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
     DPOTrainer._precompute_ref_logps = timed_precompute
     with sdpa_backends(torch.device(args.device)):  # the kernels ours may use, no cuDNN
         trainer = DPOTrainer(model=model, args=config, train_dataset=dataset, processing_class=tok)
+        if ops:  # the reference pass counted above, in the constructor
+            with ops:
+                trainer.train()
+            return {"ops": ops.n}
         got = measure(trainer.train, args.device)
     got["cpu"] += reference["ref_cpu"]
     got["wall"] += reference["ref_wall"]
     return {**got, **reference}
 
 
-def child(
-    which: str, work: Path, args: argparse.Namespace, checkpointing: str, memory: bool
-) -> dict:
+def child(which: str, work: Path, args: argparse.Namespace, checkpointing: str, kind: str) -> dict:
     extra = ["--work", str(work), "--checkpointing", checkpointing]
+    extra += ["--ops"] if kind == "ops" else []
     extra += ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size)]
     extra += ["--lr", str(args.lr)]
-    return run_child(__file__, which, extra, args.threads, memory, args.device)
+    return run_child(__file__, which, extra, args.threads, kind == "memory", args.device)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -270,6 +288,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=DEVICES,
         default="cpu",
         help="cpu (fp32, CPU seconds) or cuda (bf16 mixed precision, wall seconds, peak GPU memory)",
+    )
+    parser.add_argument(
+        "--ops",
+        action="store_true",
+        help="also count the ops each trainer dispatches per optimizer step (one more run each, "
+        "untimed; what a GPU launches: benchmarks/measure.py)",
     )
     parser.add_argument("--no-record", action="store_true", help="do not write the results file")
     parser.add_argument("--child", choices=["ours", "ours-rows", "trl"], help=argparse.SUPPRESS)
@@ -310,6 +334,7 @@ def main() -> None:
     modes = ["off", "on"] if args.checkpointing == "both" else [args.checkpointing]
     # On cuda the speed runs also give the peak GPU memory: no separate memory runs.
     kinds = ("speed", "memory") if cpu else ("speed",)
+    counted = ("ops",) if args.ops else ()
     with tempfile.TemporaryDirectory(prefix="dpo_speed_") as tmp:
         work = Path(tmp)
         with console.status(f"preparing the {args.model} model and the shop pairs"):
@@ -339,11 +364,11 @@ def main() -> None:
         results: dict[tuple[str, str, str], list[dict]] = {}
         for i in range(args.repeats):
             for mode in modes:
-                for kind in kinds:
+                for kind in kinds + (counted if i == 0 else ()):
                     for which in trainers:
                         label = f"{which}, checkpointing {mode}, {kind} run {i + 1}"
                         with console.status(f"training: {label}"):
-                            got = child(which, work, args, mode, memory=kind == "memory")
+                            got = child(which, work, args, mode, kind)
                         results.setdefault((which, mode, kind), []).append(got)
 
     setup = (
@@ -396,6 +421,16 @@ def main() -> None:
             f"{min(r['ref_cpu'] for r in refs):.1f} s CPU, "
             f"{min(r['ref_wall'] for r in refs):.1f} s wall"
         )
+        if args.ops:
+            steps = math.ceil(len(pairs) / args.batch_size) * args.epochs
+            counts = {w: results[(w, mode, "ops")][0]["ops"] / steps for w in trainers}
+            notes.append(
+                f"checkpointing {mode}: ops dispatched per optimizer step, the reference pass "
+                "included, ours' final checkpoint left out (`--ops`; "
+                f"{'views and optimizer included' if cpu else 'on cuda'}): "
+                + ", ".join(f"{labels[w]} {n:,.0f}" for w, n in counts.items())
+                + f" (ours / TRL {counts['ours'] / counts['trl']:.2f})"
+            )
         if args.rows:
             what = "CPU" if cpu else "wall"
             notes.append(

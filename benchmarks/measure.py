@@ -1,9 +1,17 @@
-"""How the speed benchmarks time and weigh one training call: CPU and wall time, peak memory.
+"""How the speed benchmarks time and weigh one training call: CPU and wall time, peak memory,
+and (untimed) the ops it dispatches.
 
 On the CPU the memory is the growth of the process's peak RSS; on cuda it is the peak GPU
 memory torch allocated during the call, and the wall clock waits for the GPU's queued work at
 both ends of every timed region (CUDA kernels run asynchronously: without the waits a region
 would time only their launches).
+
+`Ops` counts the aten ops a call dispatches, views included, backward and optimizer too: on a
+GPU each is host work, and most a kernel launch, so a trainer that dispatches more ops per step
+than another is slower there wherever the GPU waits on the host (small models; issue 37). The
+count is a property of the code, not of the machine: measured here on the CPU, it holds for a
+GPU run of the same code except where a path differs by device (varlen attention kernels, the
+flash kernels' backward).
 """
 
 from __future__ import annotations
@@ -70,6 +78,40 @@ def gpu_peak(device: str) -> Iterator[dict[str, float]]:
     finally:
         torch.cuda.synchronize()
         got["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+
+
+class Ops:
+    """A context that counts the aten ops dispatched inside it (`n`); `paused()` leaves a part
+    out (a checkpoint's copies)."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                counter.n += counter.counting
+                return func(*args, **(kwargs or {}))
+
+        self.n = 0
+        self.counting = True
+        self._mode = Mode()
+
+    def __enter__(self) -> Ops:
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._mode.__exit__(*exc)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        self.counting = False
+        try:
+            yield
+        finally:
+            self.counting = True
 
 
 def measure(train, device: str = "cpu") -> dict:

@@ -124,7 +124,7 @@ def prepare_model(
     model = load_model(model)
     ref_net = AgentLogps(frozen_copy(model)) if reference and config.lora.r == 0 else None
     net = AgentLogps(trainable(model, config.compute, config.lora))
-    optimizer = make_optimizer(net, config.optim, fused=accelerator.device.type == "cuda")
+    optimizer = make_optimizer(net, config.optim, accelerator.device)
     net, optimizer = accelerator.prepare(net, optimizer)
     if ref_net is not None:
         ref_net = ref_net.to(accelerator.device)
@@ -206,15 +206,15 @@ def flat_settings(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def make_optimizer(model: nn.Module, optim: Optim, *, fused: bool = False) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters only (with LoRA: the adapters). `fused` (for CUDA
-    parameters): one kernel for all of them instead of a few per parameter tensor."""
+def make_optimizer(model: nn.Module, optim: Optim, device: torch.device) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters only (with LoRA: the adapters), fused where they will
+    train on the CPU or CUDA (`device`): one op for all of them instead of a few per parameter
+    tensor (on a GPU, kernel launches), as TRL's default `adamw_torch_fused`."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("The model has no trainable parameters; check the LoRA settings.")
-    return torch.optim.AdamW(
-        params, lr=optim.lr, weight_decay=optim.weight_decay, fused=fused or None
-    )
+    fused = device.type in ("cpu", "cuda") or None
+    return torch.optim.AdamW(params, lr=optim.lr, weight_decay=optim.weight_decay, fused=fused)
 
 
 def make_scheduler(

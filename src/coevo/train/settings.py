@@ -6,7 +6,7 @@ these groups rather than repeating their fields, so a setting is written and doc
     SftConfig(optim=Optim(lr=5e-5), lora=Lora(r=16), checkpoints=Checkpoints(save_every=50))
 
 and in a recipe `sft.optim.lr=5e-5 sft.lora.r=16`. The loop helpers take the group they need
-(`loop.make_optimizer(net, config.optim)`, `model.trainable(model, config.compute,
+(`loop.make_optimizer(net, config.optim, device)`, `model.trainable(model, config.compute,
 config.lora)`, `loop.CheckpointDir(out, accelerator, config.checkpoints)`).
 """
 
