@@ -99,6 +99,23 @@ def test_measure_on_cuda_syncs_around_the_call_and_reads_the_peak_after_it(bench
     assert {"wall", "cpu", "peak_growth_mb"} <= set(got)
 
 
+def test_ops_counts_forward_backward_and_optimizer_and_leaves_a_paused_part_out(bench):
+    ops = bench("measure").Ops()
+    w = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.AdamW([w], fused=True)
+    with ops:
+        (w * 2).sum().backward()
+        after_backward = ops.n
+        optimizer.step()
+        after_step = ops.n
+        with ops.paused():
+            torch.ones(4).add_(1).mul_(3)
+    assert 0 < after_backward < after_step == ops.n  # the paused ops left out
+    with ops:
+        torch.ones(2).add_(1)
+    assert ops.n == after_step + 2  # torch.ones: one fill_; add_: one
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_children_get_the_device_and_one_gpu(bench, monkeypatch, device):
     measure = bench("measure")
