@@ -178,12 +178,11 @@ def forward_step(
     ids: torch.Tensor,
     positions: torch.Tensor,
     mask: torch.Tensor,
-    slot: torch.Tensor,
     keyword: str,
 ) -> torch.Tensor:
-    """One token per row through the model, its key/value written at `slot`; the part of a
-    step that is compiled. Returns the next logits (rows, vocab)."""
-    mask.index_fill_(1, slot, True)  # the fed token attends to itself
+    """One token per row through the model, its key/value written at the cache's slot; the part of a
+    step that is compiled. Returns the next logits (rows, vocab). `mask` already lets the fed
+    token attend to itself (`StaticDecoder.step`)."""
     out = model(
         input_ids=ids[:, None],
         attention_mask=mask[:, None, None, :],  # 4-D: passed to attention as it is
@@ -346,8 +345,13 @@ class StaticDecoder:
 
     def step(self, slots: Slots, sampling: Sampling, stop_ids: torch.Tensor, keyword: str):
         model = self.model
+        # The fed token attends to itself. Outside the compiled part: compiled, the fill's
+        # constant became a host tensor copied to the GPU at each call, which a CUDA graph
+        # capture refuses (the H200 run of 2026-11-26: `aten.scalar_tensor` at this fill,
+        # then "Cannot copy between CPU and CUDA tensors during CUDA graph capture").
+        slots.mask.index_fill_(1, slots.slot, True)
         logits = self._forward_step()(
-            model, slots.cache, slots.ids, slots.positions, slots.mask, slots.slot, keyword
+            model, slots.cache, slots.ids, slots.positions, slots.mask, keyword
         )
         sample_step(slots, logits, sampling, stop_ids)
 
