@@ -16,6 +16,8 @@
 # The image's torch, transformers, accelerate, peft, pyarrow, numpy (and the other packages
 # listed in /work/.library/device/KINDS.md) are used as they are: nothing of them is fetched.
 # Fails when the folder is over 60 MiB (the device tool carries 64 MiB in all).
+# With WITH_MODEL=1 also .gpu-model/a and .gpu-model/b: the pretrained weights in two halves
+# for the `learning` part (see the end of this script).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -117,4 +119,30 @@ fi
 if [ $((bytes + tree)) -gt $((64 * 1048576)) ]; then
     echo "prepare.sh: $DEST and the working tree together are over 64 MiB" >&2
     exit 1
+fi
+
+# WITH_MODEL=1: the pretrained SmolLM2-135M's GGUF weights for run.sh's `learning` part. The
+# file (94 MiB) is more than one call carries, so it goes in two halves, .gpu-model/a and
+# .gpu-model/b, each carried by its own call beside .gpu-wheels, one call right after the other
+# on the same warm machine: run.sh keeps what it was given in $GPU_TMP and joins the halves
+# once both have come (checked against the whole file's sha256).
+if [ "${WITH_MODEL:-0}" = 1 ]; then
+    gguf=$("$PY" -c "from coevo.policy.models import gguf_path; print(gguf_path('smollm2-135m'))")
+    rm -rf .gpu-model
+    mkdir -p .gpu-model/a .gpu-model/b
+    split -n 2 -d -a 1 "$gguf" .gpu-model/half-
+    mv .gpu-model/half-0 .gpu-model/a/weights.gguf.half-0
+    mv .gpu-model/half-1 .gpu-model/b/weights.gguf.half-1
+    for half in a b; do
+        sha256sum "$gguf" | cut -d' ' -f1 >".gpu-model/$half/sha256"
+        echo "$(basename "$gguf")" >".gpu-model/$half/name"
+        half_bytes=$(du -sb ".gpu-model/$half" | cut -f1)
+        awk -v h="$half_bytes" -v b="$bytes" -v t="$tree" -v n="$half" 'BEGIN {
+            printf ".gpu-model/%s: %.1f MiB; with .gpu-wheels and the working tree: %.1f MiB of 64\n",
+                n, h/1048576, (h+b+t)/1048576 }'
+        if [ $((half_bytes + bytes + tree)) -gt $((64 * 1048576)) ]; then
+            echo "prepare.sh: .gpu-model/$half, $DEST and the working tree are over 64 MiB" >&2
+            exit 1
+        fi
+    done
 fi

