@@ -24,8 +24,8 @@ memory come from separate runs, measured the same way for both trainers:
   so that pass (`_precompute_ref_logps`) is timed on its own and added to TRL's time (its
   own line says how long it took). CPU time,
   not wall time, because this machine is shared: wall time would measure the neighbours
-  (both are printed; on a quiet machine they agree). Ours always writes a resumable checkpoint
-  at the end of the run, inside the call; its time is printed on its own line.
+  (both are printed; on a quiet machine they agree). Ours always writes a checkpoint (the
+  weights) at the end of the run, inside the call; its time is printed on its own line.
 - peak memory: the growth of the process's peak RSS (`ru_maxrss`) over its RSS just before the
   training call: what training needs on top of the loaded model and data (the Python + torch
   baseline, several hundred MB for both, would only dilute the ratio). tracemalloc does not
@@ -165,8 +165,8 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
         ),
         checkpoints=Checkpoints(save_every=10**9),
     )
-    # The loop always writes a resumable checkpoint at its last step (TRL here: none); it is
-    # part of ours' time, and timed on its own to show how much (1.6 GB for a 135M model).
+    # The loop always writes a checkpoint at its last step (TRL here: none), the weights alone;
+    # it is part of ours' time, and timed on its own to show how much (540 MB for a 135M model).
     saving = {"save_cpu": 0.0, "save_wall": 0.0}
     save = CheckpointDir.save
     ops = Ops() if args.ops else None

@@ -139,7 +139,7 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
             timed["tokens"] += len(render(t, tokenizer).input_ids)
         return played
 
-    # The loop always writes a resumable checkpoint at its last step (TRL here: none).
+    # The loop always writes a checkpoint at its last step, the weights alone (TRL here: none).
     saving = {"save_cpu": 0.0, "save_wall": 0.0}
     save = CheckpointDir.save
 

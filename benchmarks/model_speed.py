@@ -27,8 +27,8 @@ Speed and memory come from separate runs, measured the same way for both:
 - tokens/s: the examples' tokens (every token of every sequence, padding excluded) times
   epochs, divided by the CPU time of the whole training call, and by its wall time. Tokenising
   is outside the call on both sides (ours renders before it, TRL in its constructor). Ours
-  always writes a resumable checkpoint (model, optimizer) at the end of the run; that is inside
-  its call, and its time is shown on its own line. TRL is run with `save_strategy="no"`.
+  always writes a checkpoint (since the twenty-second session the weights alone) at the end of
+  the run; that is inside its call, and its time is shown on its own line. TRL is run with `save_strategy="no"`.
 - peak memory: the growth of the process's peak RSS (`ru_maxrss`) over its RSS just before the
   training call, in runs with MALLOC_MMAP_THRESHOLD_=65536 so that freed large buffers leave
   RSS (see benchmarks/dpo_speed.py for why).
@@ -150,7 +150,7 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
         ),
         args.device,
     )
-    shutil.rmtree(out, ignore_errors=True)  # a 135M checkpoint is 1.6 GB
+    shutil.rmtree(out, ignore_errors=True)  # a 135M checkpoint: 1.6 GB with its AdamW state
     return {
         **got,
         "save_cpu": saving["cpu"],

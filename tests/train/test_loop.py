@@ -251,3 +251,35 @@ def test_a_call_decides_whether_it_resumes_stops_early_and_saves_its_model(
     )
     assert kept.step == 6 and not (tmp_path / "x" / "model").exists()
     assert (tmp_path / "x" / "metrics.jsonl").is_file()
+
+
+def test_the_last_checkpoint_is_the_weights_alone_and_a_rerun_trains_nothing(
+    tmp_path, model_factory, sft_data, monkeypatch
+):
+    kw = dict(epochs=2, save_every=2)
+    first = sft(model_factory(), sft_data, tmp_path, **kw)
+    out = tmp_path / "sft" / "checkpoints"
+    last, before = out / f"step-{first.step}", out / f"step-{first.step - 2}"
+    assert sorted(p.name for p in last.iterdir()) == ["model.safetensors", "trainer_state.json"]
+    assert (before / "optimizer.bin").exists()  # a state to train on from, as at any step
+    assert json.loads((last / "trainer_state.json").read_text())["weights_only"] is True
+    resumed_from = record_resumes(monkeypatch)
+    again = sft(model_factory(seed=99), sft_data, tmp_path, **kw)  # other weights to start
+    assert resumed_from == [first.step] and again.step == first.step
+    assert same_weights(again.model, first.model)
+    assert again.history == first.history
+
+
+def test_a_longer_run_sets_the_weights_alone_aside_and_trains_on_from_a_full_state(
+    tmp_path, model_factory, sft_data, monkeypatch, capsys
+):
+    kw = dict(save_every=2, warmup_ratio=0.0)
+    straight = sft(model_factory(), sft_data, tmp_path / "a", epochs=3, **kw)
+    short = sft(model_factory(), sft_data, tmp_path / "b", epochs=2, **kw)
+    capsys.readouterr()
+    resumed_from = record_resumes(monkeypatch)
+    longer = sft(model_factory(), sft_data, tmp_path / "b", epochs=3, **kw)
+    assert resumed_from == [short.step - 2]  # the full state before the weights-only one
+    err = capsys.readouterr().err
+    assert f"holds the weights alone of a run that ended at step {short.step}" in err
+    assert longer.step == straight.step

@@ -135,7 +135,7 @@ def train_dpo(
     total_steps = passes.total_steps
     scheduler = loop.make_scheduler(accelerator, optimizer, config.optim, total_steps)
 
-    step = start = out.start()
+    step = start = out.start(net, total_steps)
     last = out.last_step(total_steps)
     meter = loop.Meter()
     net.train()

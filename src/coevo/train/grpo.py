@@ -181,7 +181,7 @@ def train_grpo(
     scheduler = loop.make_scheduler(accelerator, optimizer, config.optim, config.steps)
     policy_module = accelerator.unwrap_model(net).model  # what `play` generates with
 
-    step = out.start()
+    step = out.start(net, config.steps)
     last = out.last_step(config.steps)
     order = TaskOrder(len(tasks), config.tasks_per_step, seed)
     with loop.progress_bar(accelerator, config.progress) as bar, sdpa_backends(accelerator.device):

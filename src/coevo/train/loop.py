@@ -15,7 +15,11 @@ What a call decides, as opposed to its settings, is an argument of every `train_
 Checkpoints are written every `save_every` steps and every `save_every_minutes`, whichever
 comes first, so a kill costs minutes of training at most. A checkpoint lists its files with
 their sizes; one that lacks a file (or cannot be loaded) is set aside with a warning and the
-run resumes from the one before it, or from the stage's start.
+run resumes from the one before it, or from the stage's start. The checkpoint of the run's
+last step holds the weights alone (`FINAL_KINDS`): nothing trains on from it, so the AdamW
+state (two thirds of a full checkpoint's bytes) is not written; a later call on the finished
+directory resumes there and trains nothing. A weights-only checkpoint whose step is not the
+run's last (the run was made longer since) is set aside like a broken one.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import DistributedType, load_checkpoint_in_model, set_seed
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
@@ -71,6 +75,10 @@ _ESSENTIAL = {
     "optimizer.bin": ("optimizer*.bin",),
     "scheduler.bin": ("scheduler*.bin",),
 }
+
+# Where the last step's checkpoint is the weights alone: one process, or DDP (every process
+# holds the whole model). Sharded runs (FSDP, DeepSpeed) write their full state as at any step.
+FINAL_KINDS = (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
 
 console = Console(stderr=True)
 
@@ -360,12 +368,17 @@ class CheckpointDir:
         self.metrics_path = self.root / "metrics.jsonl"
         self.history: list[dict[str, Any]] = []
         self.saved_at = time.monotonic()
+        self.total_steps: int | None = None
+        self.net: nn.Module | None = None
         if accelerator.is_main_process:
             (self.root / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
         accelerator.wait_for_everyone()
 
-    def start(self) -> int:
-        """The step to start from: the resumed checkpoint's (`resume`), else 0."""
+    def start(self, net: nn.Module, total_steps: int) -> int:
+        """The step to start from: the resumed checkpoint's (`resume`), else 0. `net`: the
+        prepared model; `total_steps`: the run's last step (its checkpoint is `net`'s weights
+        alone)."""
+        self.net, self.total_steps = net, total_steps
         return self.resume() if self.resumes else self.reset()
 
     def last_step(self, total_steps: int) -> int:
@@ -407,9 +420,20 @@ class CheckpointDir:
         while found:
             candidate, path = found.pop()
             problem = incomplete(path)
+            weights_only = problem is None and is_weights_only(path)
+            if weights_only and candidate != self.total_steps:
+                problem = (
+                    f"holds the weights alone of a run that ended at step {candidate} (this one "
+                    f"ends at {self.total_steps}): nothing to train on from"
+                )
             if problem is None:
                 try:
-                    self.accelerator.load_state(str(path))
+                    if weights_only:
+                        # The run is over: its weights, and nothing left to train.
+                        model = self.accelerator.unwrap_model(self.net)
+                        load_checkpoint_in_model(model, str(path))
+                    else:
+                        self.accelerator.load_state(str(path))
                 except Exception as exc:  # any unreadable file: the one before may do
                     problem = f"cannot be loaded ({type(exc).__name__}: {exc})"
                     failed = f"{path} {problem}"
@@ -473,7 +497,8 @@ class CheckpointDir:
         return global_sum(self.accelerator, late) > 0
 
     def save(self, step: int, epoch: int) -> None:
-        """Model, optimizer, scheduler, RNG states and the step, written atomically."""
+        """Model, optimizer, scheduler, RNG states and the step, written atomically; at the
+        run's last step the model's weights alone (`FINAL_KINDS`)."""
         final = self.root / CHECKPOINTS / f"step-{step}"
         if final.exists():
             return
@@ -481,7 +506,15 @@ class CheckpointDir:
         if self.accelerator.is_main_process and tmp.exists():
             shutil.rmtree(tmp)
         self.accelerator.wait_for_everyone()
-        self.accelerator.save_state(str(tmp))
+        weights_only = (
+            self.net is not None
+            and step == self.total_steps
+            and self.accelerator.distributed_type in FINAL_KINDS
+        )
+        if weights_only:
+            self.accelerator.save_model(self.net, str(tmp))
+        else:
+            self.accelerator.save_state(str(tmp))
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             files = {
@@ -489,7 +522,7 @@ class CheckpointDir:
                 for p in sorted(tmp.rglob("*"))
                 if p.is_file()
             }
-            state = {"step": step, "epoch": epoch, "files": files}
+            state = {"step": step, "epoch": epoch, "files": files, "weights_only": weights_only}
             (tmp / STATE_FILE).write_text(json.dumps(state))
             # A rename is atomic: a run killed mid-save leaves only a .tmp that is ignored.
             tmp.rename(final)
@@ -498,6 +531,11 @@ class CheckpointDir:
                 shutil.rmtree(old, ignore_errors=True)
         self.accelerator.wait_for_everyone()
         self.saved_at = time.monotonic()
+
+
+def is_weights_only(path: Path) -> bool:
+    """Whether checkpoint `path` holds a finished run's weights alone (no optimizer state)."""
+    return bool(json.loads((path / STATE_FILE).read_text()).get("weights_only"))
 
 
 def incomplete(path: Path) -> str | None:

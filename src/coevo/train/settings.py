@@ -61,7 +61,8 @@ class Checkpoints:
     stop_after_steps=..., save_model=...)` (`coevo.train.loop`)."""
 
     save_every: int = 200
-    """Checkpoint every this many optimizer steps; one is always written at the end."""
+    """Checkpoint every this many optimizer steps; one is always written at the end (the
+    weights alone: `coevo.train.loop`)."""
     save_every_minutes: float = 3.0
     """Also checkpoint once the last checkpoint is this old, so a kill costs minutes of
     training at most, however far apart `save_every` steps are (0: by steps only). A

@@ -90,7 +90,7 @@ def train_sft(
     total_steps = passes.total_steps
     scheduler = loop.make_scheduler(accelerator, optimizer, config.optim, total_steps)
 
-    step = start = out.start()
+    step = start = out.start(net, total_steps)
     last = out.last_step(total_steps)
     meter = loop.Meter()
     if eval_examples and start == 0:  # where training starts from, to compare with
