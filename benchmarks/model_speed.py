@@ -28,7 +28,8 @@ Speed and memory come from separate runs, measured the same way for both:
   epochs, divided by the CPU time of the whole training call, and by its wall time. Tokenising
   is outside the call on both sides (ours renders before it, TRL in its constructor). Ours
   always writes a checkpoint (since the twenty-second session the weights alone) at the end of
-  the run; that is inside its call, and its time is shown on its own line. TRL is run with `save_strategy="no"`.
+  the run; that is inside its call, and its time is shown on its own line. TRL is run with
+  `save_strategy="no"`.
 - peak memory: the growth of the process's peak RSS (`ru_maxrss`) over its RSS just before the
   training call, in runs with MALLOC_MMAP_THRESHOLD_=65536 so that freed large buffers leave
   RSS (see benchmarks/dpo_speed.py for why).

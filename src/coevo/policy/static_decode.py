@@ -180,9 +180,9 @@ def forward_step(
     mask: torch.Tensor,
     keyword: str,
 ) -> torch.Tensor:
-    """One token per row through the model, its key/value written at the cache's slot; the part of a
-    step that is compiled. Returns the next logits (rows, vocab). `mask` already lets the fed
-    token attend to itself (`StaticDecoder.step`)."""
+    """One token per row through the model, its key/value written at the cache's slot; the
+    part of a step that is compiled. Returns the next logits (rows, vocab). `mask` already lets
+    the fed token attend to itself (`StaticDecoder.step`)."""
     out = model(
         input_ids=ids[:, None],
         attention_mask=mask[:, None, None, :],  # 4-D: passed to attention as it is
