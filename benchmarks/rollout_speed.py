@@ -88,13 +88,22 @@ WORKERS_HEADING = "## Env workers"
 
 class TokensRun:
     """The tokens a model runs (rows x width of every forward, pads included), counted by a
-    forward pre-hook: what each side asks of the model, next to what it takes in time."""
+    forward pre-hook: what each side asks of the model, next to what it takes in time.
 
-    def __init__(self, model) -> None:
+    Only where every forward runs in Python (`decode="eager"`): a compiled step traces the
+    hook, and its Python integer became a guard that failed at every call, so each decode step
+    compiled anew (the H100 run of 2026-11-26: `graphs` rollouts never finished); a replayed
+    CUDA graph runs no hook at all. `counting` is False there and the table says so."""
+
+    def __init__(self, policy) -> None:
         self.tokens = 0
-        self._hook = model.register_forward_pre_hook(self._count, with_kwargs=True)
+        self.counting = policy.decoder is None
+        if self.counting:
+            policy.model.register_forward_pre_hook(self._count, with_kwargs=True)
 
     def _count(self, module, args, kwargs) -> None:
+        if torch.compiler.is_compiling():  # never part of a compiled graph (see above)
+            return
         ids = kwargs.get("input_ids")
         self.tokens += (ids if ids is not None else args[0]).numel()
 
@@ -263,7 +272,7 @@ def main() -> None:
         theirs = None if cpu or args.ours_only else load_copy(model_dir, policy)
     sampling = Sampling(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     load_before = os.getloadavg()
-    counter = TokensRun(policy.model)
+    counter = TokensRun(policy)
 
     with EnvPool(lambda: make("shop")) as pool:
         started = [pool.acquire() for _ in range(min(args.batch_size, len(tasks)))]
@@ -299,12 +308,12 @@ def main() -> None:
         "| way | seconds | episodes/s | env steps | steps/s | tokens run | mean reward |",
         "|---|---:|---:|---:|---:|---:|---:|",
         *(
-            f"| {name} | {sec:.1f} | {eps:.3f} | {steps} | {steps / sec:.1f} | {tokens:,} "
-            f"| {reward:.3f} |"
+            f"| {name} | {sec:.1f} | {eps:.3f} | {steps} | {steps / sec:.1f} "
+            f"| {f'{tokens:,}' if counter.counting else 'not counted'} | {reward:.3f} |"
             for name, sec, eps, steps, tokens, reward in rows
         ),
     ]
-    if seq_tokens is not None:
+    if seq_tokens is not None and counter.counting:
         lines += [
             "",
             f"tokens run through the model, one at a time / lockstep: "

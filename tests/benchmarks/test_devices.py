@@ -239,3 +239,35 @@ def test_lockstep_alone_prints_its_row_and_its_breakdown_and_writes_nothing(tmp_
     parts = {row.split(" | ")[0][2:]: row.split(" | ") for row in rows}
     assert int(parts["prefill (new tokens of each turn)"][3].rstrip(" |")) >= 1
     assert int(parts["prompt rendering"][3].rstrip(" |")) >= 2  # one per episode and turn
+
+
+def test_the_token_counter_never_makes_a_compiled_decode_step_compile_again(bench, nano_model_dir):
+    # The H100 run of 2026-11-26: the counter's hook, traced into the compiled step, guarded
+    # on its Python integer, so every decode step compiled anew and the rollouts never ended.
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from coevo.policy.base import Sampling
+    from coevo.policy.hf import HFPolicy
+    from coevo.policy.static_decode import StaticDecoder
+
+    rollout = bench("rollout_speed")
+    eager = HFPolicy(nano_model_dir, dtype="float32", decode="eager")
+    counted = rollout.TokensRun(eager)
+    assert counted.counting
+    prompts = [[1, 2, 3], [4, 5]]
+    eager.generate(prompts, Sampling(max_new_tokens=3, stop=()))
+    assert counted.take() > 0
+
+    torch._dynamo.reset()
+    static = HFPolicy(nano_model_dir, model=eager.model, dtype="float32", decode="static")
+    assert not rollout.TokensRun(static).counting  # its steps run compiled, or replayed
+    compiles = CompileCounterWithBackend("aot_eager")
+    static.decoder = StaticDecoder(
+        static.model, compile=lambda fn: torch.compile(fn, backend=compiles, fullgraph=True)
+    )
+    # the hook of a counter made before the switch is still on the module: it must not count
+    # or guard inside the compiled step
+    static.generate(prompts, Sampling(max_new_tokens=6, stop=()))
+    static.generate(prompts, Sampling(max_new_tokens=6, stop=()))
+    assert compiles.frame_count == 1
+    assert static.decoder.fallback is None

@@ -192,6 +192,38 @@ def test_the_step_compiles_as_one_graph_reused_across_calls_buckets_and_weight_u
     assert counter.frame_count == 1
 
 
+def test_a_step_that_would_compile_again_at_every_call_decodes_uncompiled_saying_why(
+    gqa_model_dir,
+):
+    # The H100 run of 2026-11-26: a forward hook bumping a Python integer on the module, traced
+    # into the step, failed its guard at every call: each step compiled anew.
+    torch._dynamo.reset()
+    eager, static = both(gqa_model_dir)
+    static.decoder, counter = counted_decoder(static.model)
+
+    class Calls:
+        n = 0
+
+        def __call__(self, module, args, kwargs):
+            self.n += 1
+
+    calls = Calls()
+    handle = static.model.register_forward_pre_hook(calls, with_kwargs=True)
+    prompts = varied_prompts(eager.tokenizer)
+    greedy = Sampling(max_new_tokens=8, logprobs=True, stop=())
+    try:
+        with pytest.warns(UserWarning, match="decoding uncompiled") as caught:
+            assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy))
+    finally:
+        handle.remove()
+    assert counter.frame_count == 1  # compiled once, never again
+    assert "RecompileError" in static.decoder.fallback
+    assert "n ==" in str(caught[0].message)  # the guard that failed, named
+    assert static.decoder._forward is not None
+    assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy))
+    assert counter.frame_count == 1
+
+
 def test_captures_are_kept_per_bucket_and_sampling_and_survive_in_place_updates(
     gqa_model_dir, monkeypatch
 ):

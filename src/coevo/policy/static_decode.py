@@ -443,13 +443,22 @@ def _capturing() -> bool:
 
 def _falling_back(decoder: StaticDecoder, compiled: Callable, plain: Callable) -> Callable:
     """`compiled`, or `plain` from its first failure on (compiling happens on the first call,
-    before anything runs, so the state is untouched)."""
+    before anything runs, so the state is untouched).
+
+    The step compiles once for every bucket (`default_compile`), so a later call that would
+    compile again is a failure too: a guard that fails at every call (the H100 run of
+    2026-11-26: a forward hook's Python counter) would otherwise compile anew at each step, tens
+    of seconds each on a GPU, until dynamo's recompile limit."""
+    compiled_once = False
 
     def run(*args: Any) -> Any:
+        nonlocal compiled_once
         if decoder._forward is plain:
             return plain(*args)
+        once = torch._dynamo.config.patch(error_on_recompile=True) if compiled_once else None
         try:
-            return compiled(*args)
+            with once or contextlib.nullcontext():
+                out = compiled(*args)
         except Exception as exc:  # noqa: BLE001 - a compiler failure: decode uncompiled
             if _capturing():  # the capture's failure, not the compiler's: `_graph` decides
                 raise
@@ -457,6 +466,8 @@ def _falling_back(decoder: StaticDecoder, compiled: Callable, plain: Callable) -
             decoder.fallback = f"compiling the decode step failed ({type(exc).__name__}: {exc})"
             warnings.warn(f"{decoder.fallback}; decoding uncompiled.", stacklevel=2)
             return plain(*args)
+        compiled_once = True
+        return out
 
     return run
 
