@@ -1,4 +1,5 @@
-"""Learning benchmark: SFT, RFT, ETO and failure-agent on shop, sql and sciworld, several seeds.
+"""Learning benchmark: SFT, RFT, ETO, failure-agent, GRPO and agent-data on shop, sql, sciworld
+and bfcl, several seeds.
 
     python benchmarks/learning.py                                  # the grid, machine sizes
     python benchmarks/learning.py --envs shop --seeds 1 2          # resumes, archives
@@ -6,6 +7,7 @@
     python benchmarks/learning.py --sizes recipes --envs shop -- iterations=2   # recipe sizes
     python benchmarks/learning.py --envs shop --methods eto_matched --seeds 1 2  # matched ETO
     python benchmarks/learning.py --envs sql --methods grpo agent_data_guided agent_data_random
+    python benchmarks/learning.py --envs bfcl --methods sft grpo agent_data_random --seeds 0
     python benchmarks/learning.py --report-only                  # tables of every archived run
     python benchmarks/learning.py --device cuda --envs shop --seeds 0 1  # the GPU grid
 
@@ -93,7 +95,7 @@ VARIANTS = {
 ORDER = (
     *METHODS, MATCHED, "positive_agent", "frozen_failure", "grpo", "agent_data", *VARIANTS
 )  # fmt: skip
-ENVS = ("shop", "sql", "sciworld")
+ENVS = ("shop", "sql", "sciworld", "bfcl")
 """The order a report lists the envs in (others after them, by name)."""
 
 
@@ -124,6 +126,17 @@ MACHINE_SIZES = {
         "explore.batch_size=16",
         "sft.compute.gradient_checkpointing=true",
     ),
+    # BFCL multi-turn: 150 train entries (of which valid_tasks are held out), 50 test_seen, 150
+    # test_unseen; an expert episode is about 1,900 tokens at the median (configs/bfcl/base.yaml).
+    "bfcl": (
+        *COMMON,
+        "dpo.epochs=1",
+        "env.train_tasks=64",
+        "env.valid_tasks=24",
+        "env.eval_tasks=30",
+        "eval.batch_size=16",
+        "explore.batch_size=16",
+    ),
 }
 MACHINE_GRPO = {
     "sql": (
@@ -144,6 +157,16 @@ MACHINE_GRPO = {
         "grpo.rollout_batch_size=16",
         "grpo.micro_batch_size=2",
         "grpo.compute.gradient_checkpointing=true",
+        "grpo.optim.lr=1e-5",
+        "agent_data.synthesis_every=2",
+    ),
+    "bfcl": (
+        "grpo.steps=4",
+        "grpo.eval_every=2",
+        "grpo.tasks_per_step=4",
+        "grpo.samples=4",
+        "grpo.rollout_batch_size=16",
+        "grpo.micro_batch_size=1",
         "grpo.optim.lr=1e-5",
         "agent_data.synthesis_every=2",
     ),

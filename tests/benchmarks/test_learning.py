@@ -116,3 +116,15 @@ def test_the_agent_data_rows_are_agent_data_with_their_explorer(learning, tmp_pa
         assert config.agent_data.explorer.kind == kind
         # The GRPO sizes of the machine grid apply, as to grpo's row.
         assert config.grpo.steps == learning.recipe(args, "sql", "grpo", 2).grpo.steps == 8
+
+
+def test_bfcl_has_machine_sizes_that_its_recipes_take(learning, tmp_path):
+    args = Namespace(sizes="machine", overrides=[], out=tmp_path / "runs", archive=tmp_path)
+    sft = learning.recipe(args, "bfcl", "sft", 0)
+    assert (sft.env.name, sft.env.train_tasks, sft.env.valid_tasks) == ("bfcl", 64, 24)
+    assert sft.eval.splits == ["valid", "test_seen", "test_unseen"] and sft.iterations == 1
+    for method in ("grpo", "agent_data_random", "agent_data_guided"):
+        config = learning.recipe(args, "bfcl", method, 0)
+        assert (config.grpo.steps, config.grpo.micro_batch_size) == (4, 1)
+        assert config.agent_data.synthesis_every == 2
+    assert "bfcl" in learning.ENVS  # a report lists it after the paper's other envs
