@@ -46,6 +46,11 @@ it off, every side in full as TRL does, to show what that saves apart from the r
 left out): a figure of the code, the same on any machine, and on a GPU about the launches a step
 makes, which is what a small model's step waits on there.
 
+`--compile` trains ours with `compute.compile` (its decoder layers compiled, `CompiledLayers`)
+and first runs the same training untimed on a copy of the model, so that the timed run finds
+the compilation done (a long run pays it once); the warm-up's seconds are printed apart. TRL
+runs as always, uncompiled.
+
 With --repeats N every run is repeated N times (interleaved) and the best of each is kept.
 The last two lines are `speedup: N.NN` (ours / TRL tokens/s) and `memory ratio: N.NN`
 (ours / TRL peak growth). Nano runs are recorded under "## Runs" in the results file, a
@@ -67,6 +72,7 @@ results/dpo_speed-cuda.md, in the same sections (CPU runs keep results/dpo_speed
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -162,6 +168,7 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
         compute=Compute(
             mixed_precision="no" if cpu else "bf16",
             gradient_checkpointing=args.checkpointing == "on",
+            compile=args.compile,
         ),
         checkpoints=Checkpoints(save_every=10**9),
     )
@@ -182,10 +189,18 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
     if not cpu:
         model.to("cuda")  # before the clock, as TRL's trainer does in its constructor
 
-    def train() -> None:
+    def train(net=model, folder=out) -> None:
         train_dpo(
-            model, examples, config, output_dir=out, device=device, resume=False, save_model=False
+            net, examples, config, output_dir=folder, device=device, resume=False, save_model=False
         )
+
+    warm = {"warm_wall": 0.0}
+    if args.compile:  # compiles on a copy, untimed: the timed run reuses the compilation
+        with clock(args.device) as took:
+            train(copy.deepcopy(model), work / f"warm-{os.getpid()}")
+        warm["warm_wall"] = took["wall"]
+        shutil.rmtree(work / f"warm-{os.getpid()}", ignore_errors=True)
+        saving["save_cpu"] = saving["save_wall"] = 0.0
 
     if ops:  # untimed: counting slows every op
         with ops:
@@ -194,7 +209,7 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
     else:
         got = measure(train, args.device)
     shutil.rmtree(out, ignore_errors=True)
-    return {**got, **saving}
+    return {**got, **saving, **warm}
 
 
 def run_trl(work: Path, args: argparse.Namespace) -> dict:
@@ -256,6 +271,7 @@ def child(which: str, work: Path, args: argparse.Namespace, checkpointing: str, 
     extra += ["--ops"] if kind == "ops" else []
     extra += ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size)]
     extra += ["--lr", str(args.lr)]
+    extra += ["--compile"] if args.compile and which != "trl" else []
     return run_child(__file__, which, extra, args.threads, kind == "memory", args.device)
 
 
@@ -294,6 +310,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="also count the ops each trainer dispatches per optimizer step (one more run each, "
         "untimed; what a GPU launches: benchmarks/measure.py)",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="ours with compute.compile, after an untimed warm-up run that compiles (TRL as is)",
     )
     parser.add_argument("--no-record", action="store_true", help="do not write the results file")
     parser.add_argument("--child", choices=["ours", "ours-rows", "trl"], help=argparse.SUPPRESS)
@@ -381,6 +402,8 @@ def main() -> None:
     )
     if not cpu:
         setup += f"; bf16 mixed precision (fp32 weights) on {gpu_name()}"
+    if args.compile:
+        setup += "; ours with its decoder layers compiled (compute.compile, warmed up untimed)"
     memory_column = "peak RSS growth MB" if cpu else "peak GPU memory MB"
     rows = [
         "| trainer | gradient checkpointing | CPU s | wall s | tokens/s (CPU) | "
@@ -415,6 +438,11 @@ def main() -> None:
             f"{min(r['save_cpu'] for r in saves):.1f} s CPU, "
             f"{min(r['save_wall'] for r in saves):.1f} s wall"
         )
+        if args.compile:
+            notes.append(
+                f"checkpointing {mode}: ours with compute.compile; its untimed warm-up run "
+                f"(compiling) took {min(r['warm_wall'] for r in saves):.1f} s wall"
+            )
         refs = results[("trl", mode, "speed")]
         notes.append(
             f"checkpointing {mode}: of TRL's time, its reference pass (in its constructor) took "

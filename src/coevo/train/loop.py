@@ -131,7 +131,9 @@ def prepare_model(
     """
     model = load_model(model)
     ref_net = AgentLogps(frozen_copy(model)) if reference and config.lora.r == 0 else None
-    net = AgentLogps(trainable(model, config.compute, config.lora))
+    net = AgentLogps(
+        trainable(model, config.compute, config.lora), compile_layers=config.compute.compile
+    )
     optimizer = make_optimizer(net, config.optim, accelerator.device)
     net, optimizer = accelerator.prepare(net, optimizer)
     if ref_net is not None:

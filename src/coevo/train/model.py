@@ -154,10 +154,48 @@ def is_lora(model: nn.Module) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "merge_and_unload")
 
 
-class AgentLogps(nn.Module):
-    """A causal LM whose forward returns summed agent-token log-probs per sequence."""
+COMPILE_BACKEND = "inductor"
+"""torch.compile's backend for `CompiledLayers`."""
 
-    def __init__(self, model: nn.Module) -> None:
+
+class CompiledLayers:
+    """A model's decoder layers with their forward compiled (`torch.compile`, shapes dynamic),
+    put in place only while `AgentLogps` computes (`with compiled:`), so that whatever else
+    runs the same module (a policy decoding between GRPO steps) runs it as it was.
+
+    Why: a small model's training step on a GPU waits on kernel launches (issue 37), and most
+    of a layer's launches are elementwise (norms, rotary embedding, activation), which the
+    compiler fuses. The layers share one compilation (one code, inputs of any length);
+    activation checkpointing inside a layer is compiled with it. `backend`: torch.compile's
+    (`COMPILE_BACKEND` unless given; tests use a cheap one)."""
+
+    def __init__(self, model: nn.Module, backend: str | None = None) -> None:
+        layers = getattr(model.get_decoder(), "layers", None)
+        if layers is None:
+            raise ValueError(
+                f"compute.compile needs a decoder with `layers`; {type(model).__name__} has none."
+            )
+        self.layers = list(layers)
+        backend = backend or COMPILE_BACKEND
+        self._compiled = [torch.compile(m.forward, dynamic=True, backend=backend) for m in layers]
+
+    def __enter__(self) -> CompiledLayers:
+        for layer, compiled in zip(self.layers, self._compiled, strict=True):
+            layer.forward = compiled
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for layer in self.layers:
+            del layer.forward  # the class's forward again
+
+
+class AgentLogps(nn.Module):
+    """A causal LM whose forward returns summed agent-token log-probs per sequence.
+
+    `compile_layers`: run the decoder layers compiled (`CompiledLayers`), for training on a
+    GPU (`compute.compile`)."""
+
+    def __init__(self, model: nn.Module, *, compile_layers: bool = False) -> None:
         super().__init__()
         self.model = model
         base = model.get_base_model() if is_lora(model) else model
@@ -167,6 +205,7 @@ class AgentLogps(nn.Module):
             plain_head and hasattr(base, "get_decoder") and hasattr(base, "get_output_embeddings")
         )
         self._base = [base]  # a list: not a second registered copy of the submodule
+        self._compiled = [CompiledLayers(base)] if compile_layers else []
 
     def can_fork(self) -> bool:
         """Whether this model can take forked pairs: the fast path, on SDPA (switched to
@@ -179,7 +218,12 @@ class AgentLogps(nn.Module):
         )
         return self._fast and not window and use_packed_attention(base)
 
-    def forward(
+    def forward(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """See `logps`; with the layers compiled where `compile_layers` was asked."""
+        with self._compiled[0] if self._compiled else nullcontext():
+            return self.logps(*args, **kwargs)
+
+    def logps(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,

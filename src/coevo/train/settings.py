@@ -89,6 +89,11 @@ class Compute:
     """`auto` (bf16 on a GPU that has it, else off), `no`, `bf16` or `fp16`."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: far less memory, about a third more time."""
+    compile: bool = False
+    """Run the decoder layers compiled while training (`torch.compile`, shapes dynamic;
+    `coevo.train.model.CompiledLayers`): fewer kernel launches on a GPU, where a small model's
+    step waits on them, for a compilation at the first step (tens of seconds on a GPU). Off
+    by default: not yet measured on a GPU (`benchmarks/dpo_speed.py --compile`)."""
     train_layers: int = 0
     """Train only the top N decoder layers (with LoRA: put adapters only there); 0 trains all.
     The backward pass stops below them, so a step costs much less (measured in

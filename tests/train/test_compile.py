@@ -1,0 +1,92 @@
+"""`compute.compile`: the decoder layers compiled while training learn what they learn eager.
+
+Compiled here with the `aot_eager` backend (dynamo's graphs run by the eager kernels, no C++
+compiler, seconds instead of minutes); what inductor's fused kernels gain is a GPU figure
+(`benchmarks/dpo_speed.py --compile`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import coevo.train.model as model_module
+from coevo.train.model import AgentLogps, CompiledLayers
+from tests.train.conftest import EXACT, cpu_state, tiny_llama
+from tests.train.test_dpo import dpo, losses
+from tests.train.test_sft import sft
+
+
+@pytest.fixture
+def compiles(monkeypatch) -> CompileCounterWithBackend:
+    """The backend `compute.compile` uses, counting what it compiles."""
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    monkeypatch.setattr(model_module, "COMPILE_BACKEND", counter)
+    return counter
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_dpo_with_compiled_layers_learns_what_it_learns_eager(
+    tmp_path, dpo_data, compiles, checkpointing
+):
+    kw = dict(epochs=2, device=EXACT)
+    compute = {"gradient_checkpointing": checkpointing}
+    eager = dpo(tiny_llama(), dpo_data, tmp_path / "eager", compute=compute, **kw)
+    compiled = dpo(
+        tiny_llama(), dpo_data, tmp_path / "compiled", compute={**compute, "compile": True}, **kw
+    )
+    assert losses(compiled.history) == pytest.approx(losses(eager.history), rel=1e-5)
+    for k, v in cpu_state(eager.model).items():
+        torch.testing.assert_close(cpu_state(compiled.model)[k], v, rtol=1e-5, atol=1e-6)
+    # Compilations shared by the layers: the reference pass (no grad), training (and with
+    # checkpointing the first layer, whose input needs no grad), each traced up to twice by
+    # dynamo (a restart); new pairs, lengths and models add none.
+    compiled_once = compiles.frame_count
+    assert 2 <= compiled_once <= 6
+    dpo(
+        tiny_llama(seed=3),
+        dpo_data[::-1][:10],
+        tmp_path / "again",
+        compute={**compute, "compile": True},
+        **kw,
+    )
+    assert compiles.frame_count == compiled_once
+    # The module is left as it was: its layers run their own forward outside training.
+    assert all("forward" not in vars(layer) for layer in compiled.model.model.layers)
+
+
+def test_sft_with_compiled_layers_learns_what_it_learns_eager(tmp_path, sft_data, compiles):
+    eager = sft(tiny_llama(), sft_data, tmp_path / "eager", epochs=2, device=EXACT)
+    compiled = sft(
+        tiny_llama(), sft_data, tmp_path / "c", epochs=2, device=EXACT, compute={"compile": True}
+    )
+    assert losses(compiled.history) == pytest.approx(losses(eager.history), rel=1e-5)
+    # Packed rows of other lengths add no compilation (a batch of fewer sequences would add
+    # one: the count of sequences is part of the packed row's layout).
+    compiled_once = compiles.frame_count
+    again = sft_data[::-1]
+    sft(tiny_llama(seed=3), again, tmp_path / "again", device=EXACT, compute={"compile": True})
+    assert compiles.frame_count == compiled_once <= 4
+
+
+def test_compiled_layers_are_in_place_only_while_log_probs_are_computed(compiles):
+    model = tiny_llama()
+    net = AgentLogps(model, compile_layers=True)
+    ids = torch.randint(0, 100, (2, 12))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        got, _ = net(ids, mask, mask)
+        want, _ = AgentLogps(model)(ids, mask, mask)
+    torch.testing.assert_close(got, want)
+    compiled_once = compiles.frame_count
+    assert compiled_once >= 1
+    model(ids)  # a plain call, as a policy decoding between steps makes: not compiled
+    assert compiles.frame_count == compiled_once
+    with pytest.raises(ValueError, match="compute.compile needs a decoder with `layers`"):
+        CompiledLayers(_NoLayers())
+
+
+class _NoLayers(torch.nn.Module):
+    def get_decoder(self) -> torch.nn.Module:
+        return torch.nn.Linear(2, 2)
