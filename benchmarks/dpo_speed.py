@@ -49,7 +49,8 @@ makes, which is what a small model's step waits on there.
 `--compile` trains ours with `compute.compile` (its decoder layers compiled, `CompiledLayers`)
 and first runs the same training untimed on a copy of the model, so that the timed run finds
 the compilation done (a long run pays it once); the warm-up's seconds are printed apart. TRL
-runs as always, uncompiled.
+runs as always, uncompiled. Peak GPU memory is the timed run's; on the CPU the peak RSS growth
+can hold the warm-up's (its copy of the model), an upper bound there.
 
 With --repeats N every run is repeated N times (interleaved) and the best of each is kept.
 The last two lines are `speedup: N.NN` (ours / TRL tokens/s) and `memory ratio: N.NN`
