@@ -14,12 +14,14 @@ prefix a pair's two sides share is computed once; SFT batches as one packed row
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 from coevo.attention import PackedSeqs, PairForks, fork_mask, use_packed_attention
@@ -165,8 +167,11 @@ class CompiledLayers:
 
     Why: a small model's training step on a GPU waits on kernel launches (issue 37), and most
     of a layer's launches are elementwise (norms, rotary embedding, activation), which the
-    compiler fuses. The layers share one compilation (one code, inputs of any length);
-    activation checkpointing inside a layer is compiled with it. `backend`: torch.compile's
+    compiler fuses. The layers share one compilation (one code, inputs of any length). With
+    activation checkpointing on, the checkpoint moves inside the compiled call (the layers'
+    own is off meanwhile): the recomputation is then part of the compiled backward, whether
+    the transformers at hand checkpoints in a layer's `__call__` (5.17) or its `forward`
+    (5.24), and never runs after the layers are put back. `backend`: torch.compile's
     (`COMPILE_BACKEND` unless given; tests use a cheap one)."""
 
     def __init__(self, model: nn.Module, backend: str | None = None) -> None:
@@ -176,17 +181,32 @@ class CompiledLayers:
                 f"compute.compile needs a decoder with `layers`; {type(model).__name__} has none."
             )
         self.layers = list(layers)
-        backend = backend or COMPILE_BACKEND
-        self._compiled = [torch.compile(m.forward, dynamic=True, backend=backend) for m in layers]
+        self.checkpointing = [bool(getattr(m, "gradient_checkpointing", False)) for m in layers]
+        run = torch.compile(_layer_forward, dynamic=True, backend=backend or COMPILE_BACKEND)
+        self._compiled = [
+            functools.partial(run, m.forward, checkpoint)
+            for m, checkpoint in zip(self.layers, self.checkpointing, strict=True)
+        ]
 
     def __enter__(self) -> CompiledLayers:
         for layer, compiled in zip(self.layers, self._compiled, strict=True):
             layer.forward = compiled
+            if hasattr(layer, "gradient_checkpointing"):
+                layer.gradient_checkpointing = False
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for layer in self.layers:
+        for layer, checkpoint in zip(self.layers, self.checkpointing, strict=True):
             del layer.forward  # the class's forward again
+            if hasattr(layer, "gradient_checkpointing"):
+                layer.gradient_checkpointing = checkpoint
+
+
+def _layer_forward(forward: Callable, checkpoint: bool, *args: Any, **kwargs: Any) -> Any:
+    """A layer's `forward`, checkpointed where gradients are recorded (`CompiledLayers`)."""
+    if checkpoint and torch.is_grad_enabled():
+        return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    return forward(*args, **kwargs)
 
 
 class AgentLogps(nn.Module):
