@@ -36,7 +36,7 @@
 #   BUDGET_S=540        seconds for the whole script (keep it under the call's timeout_s)
 #   MIN_PART_S=45       a part with less left than this is skipped
 #   CAP_GPU_TESTS=120 CAP_ROLLOUT=150 CAP_ROLLOUT_GRAPHS=180 CAP_MODEL=70 CAP_DPO=90
-#   CAP_DPO_COMPILE=150 (never run on a GPU yet: a guess)
+#   CAP_DPO_COMPILE=200 (never run on a GPU yet: a guess; each of its two child runs compiles)
 #   CAP_GRPO=60 CAP_SUITE=200         each part's own cap, seconds (measured on an H200,
 #                                     2026-11-26: 55, 80, 65-124, 34, 42, 32, ~100)
 #   CAP_LEARNING=420                  the learning part's (never run on a GPU yet)
@@ -84,7 +84,7 @@ ORDER=("${ALL[@]}" learning)
 declare -A CAP=(
     [gpu-tests]=${CAP_GPU_TESTS:-120} [rollout]=${CAP_ROLLOUT:-150}
     [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [model]=${CAP_MODEL:-70}
-    [dpo]=${CAP_DPO:-90} [dpo-compile]=${CAP_DPO_COMPILE:-150} [grpo]=${CAP_GRPO:-60}
+    [dpo]=${CAP_DPO:-90} [dpo-compile]=${CAP_DPO_COMPILE:-200} [grpo]=${CAP_GRPO:-60}
     [suite]=${CAP_SUITE:-200}
     [learning]=${CAP_LEARNING:-420}
 )
