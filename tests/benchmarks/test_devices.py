@@ -271,3 +271,14 @@ def test_the_token_counter_never_makes_a_compiled_decode_step_compile_again(benc
     static.generate(prompts, Sampling(max_new_tokens=6, stop=()))
     assert compiles.frame_count == 1
     assert static.decoder.fallback is None
+
+
+def test_dpo_speed_compiles_ours_only(bench, monkeypatch, tmp_path):
+    dpo = bench("dpo_speed")
+    calls = []
+    monkeypatch.setattr(dpo, "run_child", lambda script, which, extra, *a: calls.append(extra))
+    args = dpo.parse_args(["--compile", "--device", "cpu"])
+    for which in ("ours", "ours-rows", "trl"):
+        dpo.child(which, tmp_path, args, "on", "speed")
+    assert ["--compile" in extra for extra in calls] == [True, True, False]
+    assert not dpo.parse_args([]).compile
