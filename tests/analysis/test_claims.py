@@ -133,3 +133,23 @@ def test_agent_data_must_lead_grpo_by_five_points(tmp_path):
     assert "| >= " in md
     missing = by_claim(rows, "failure-agent > ETO > SFT", "sql test_seen")
     assert missing["verdict"] == UNTESTABLE and missing["detectable"] is None
+
+
+def test_each_explorer_variant_gets_the_margin_claim_and_guided_meets_random(tmp_path):
+    runs = []
+    for seed in (1, 2, 3):
+        rewards = {"grpo": [0] * 8, "agent_data_random": [0] * 8, "agent_data_guided": [1] * 8}
+        for method, got in rewards.items():
+            split = {"test_seen": got, "test_unseen": got}
+            runs.append(archived_run(tmp_path, method, seed, split, env="sql"))
+    rows = claims(runs, null_cells(runs))
+    guided = by_claim(rows, "agent_data_guided >= grpo + 5", "sql test_seen")
+    assert guided["verdict"] == SHOWN
+    random = by_claim(rows, "agent_data_random >= grpo + 5", "sql test_seen")
+    assert random["verdict"] == NOT_SHOWN  # no task changed
+    feedback = by_claim(rows, "signal feedback > random exploration", "sql test_unseen")
+    assert feedback["verdict"] == SHOWN
+    assert "agent_data_guided - agent_data_random +100.0" in feedback["evidence"]
+    # The method itself keeps its row, saying what is missing.
+    plain = by_claim(rows, "agent_data >= grpo + 5", "sql test_seen")
+    assert plain["verdict"] == UNTESTABLE and "no archived agent_data" in plain["why"]

@@ -32,7 +32,10 @@ RESAMPLES = 10_000
 # (method, reference) pairs compared directly besides each method minus the baseline: the
 # paper's failure-agent > ETO; ETO given the failure-agent target's DPO steps (`eto_matched`,
 # benchmarks/learning.py) against both, which tells the hard negatives from the extra
-# training; each second-agent ablation against the method it ablates; agent_data >= GRPO + 5.
+# training; each second-agent ablation against the method it ablates; agent_data >= GRPO + 5,
+# also with the explorers that need no LLM (benchmarks/learning.py's agent_data_guided and
+# agent_data_random), and guided against random (the paper: signal feedback beats random
+# exploration).
 CONTRASTS = (
     ("failure_agent", "eto"),
     ("eto_matched", "failure_agent"),
@@ -40,6 +43,9 @@ CONTRASTS = (
     ("positive_agent", "failure_agent"),
     ("frozen_failure", "failure_agent"),
     ("agent_data", "grpo"),
+    ("agent_data_guided", "grpo"),
+    ("agent_data_random", "grpo"),
+    ("agent_data_guided", "agent_data_random"),
 )
 
 
