@@ -173,19 +173,6 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
         ),
         checkpoints=Checkpoints(save_every=10**9),
     )
-    # The loop always writes a checkpoint at its last step (TRL here: none), the weights alone;
-    # it is part of ours' time, and timed on its own to show how much (540 MB for a 135M model).
-    saving = {"save_cpu": 0.0, "save_wall": 0.0}
-    save = CheckpointDir.save
-    ops = Ops() if args.ops else None
-
-    def timed_save(self, step: int, epoch: int) -> None:
-        with clock(args.device) as took, ops.paused() if ops else nullcontext():
-            save(self, step, epoch)
-        saving["save_cpu"] += took["cpu"]
-        saving["save_wall"] += took["wall"]
-
-    CheckpointDir.save = timed_save
     device = "cpu" if cpu else "auto"  # auto: accelerate's choice, the GPU
     if not cpu:
         model.to("cuda")  # before the clock, as TRL's trainer does in its constructor
@@ -201,8 +188,20 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
             train(copy.deepcopy(model), work / f"warm-{os.getpid()}")
         warm["warm_wall"] = took["wall"]
         shutil.rmtree(work / f"warm-{os.getpid()}", ignore_errors=True)
-        saving["save_cpu"] = saving["save_wall"] = 0.0
 
+    # The loop always writes a checkpoint at its last step (TRL here: none), the weights alone;
+    # it is part of ours' time, and timed on its own to show how much (540 MB for a 135M model).
+    saving = {"save_cpu": 0.0, "save_wall": 0.0}
+    save = CheckpointDir.save
+    ops = Ops() if args.ops else None
+
+    def timed_save(self, step: int, epoch: int) -> None:
+        with clock(args.device) as took, ops.paused() if ops else nullcontext():
+            save(self, step, epoch)
+        saving["save_cpu"] += took["cpu"]
+        saving["save_wall"] += took["wall"]
+
+    CheckpointDir.save = timed_save
     if ops:  # untimed: counting slows every op
         with ops:
             train()

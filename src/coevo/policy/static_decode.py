@@ -455,9 +455,13 @@ def _falling_back(decoder: StaticDecoder, compiled: Callable, plain: Callable) -
         nonlocal compiled_once
         if decoder._forward is plain:
             return plain(*args)
-        once = torch._dynamo.config.patch(error_on_recompile=True) if compiled_once else None
+        strict = (
+            torch._dynamo.config.patch(error_on_recompile=True)
+            if compiled_once
+            else contextlib.nullcontext()
+        )
         try:
-            with once or contextlib.nullcontext():
+            with strict:
                 out = compiled(*args)
         except Exception as exc:  # noqa: BLE001 - a compiler failure: decode uncompiled
             if _capturing():  # the capture's failure, not the compiler's: `_graph` decides

@@ -225,7 +225,7 @@ class AgentLogps(nn.Module):
             plain_head and hasattr(base, "get_decoder") and hasattr(base, "get_output_embeddings")
         )
         self._base = [base]  # a list: not a second registered copy of the submodule
-        self._compiled = [CompiledLayers(base)] if compile_layers else []
+        self._compiled = CompiledLayers(base) if compile_layers else None
 
     def can_fork(self) -> bool:
         """Whether this model can take forked pairs: the fast path, on SDPA (switched to
@@ -240,7 +240,7 @@ class AgentLogps(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """See `logps`; with the layers compiled where `compile_layers` was asked."""
-        with self._compiled[0] if self._compiled else nullcontext():
+        with self._compiled or nullcontext():
             return self.logps(*args, **kwargs)
 
     def logps(
