@@ -34,7 +34,9 @@ failure_agent run of its env and seed (`matched_steps`; that run must have finis
 here or in the archive), so that "failure-agent > ETO" can be told from "more DPO".
 `agent_data_random` and `agent_data_guided` are agent_data with that explorer
 (`agent_data.explorer.kind`: uniform over the env's valid actions, or steered by the round's
-signals), the rows that compare with `grpo` (issue 38). Runs go to
+signals), the rows that compare with `grpo` (issue 38); the guided row's ablations are
+`agent_data_forgetting`, `agent_data_boundary` and `agent_data_rare` (that signal alone) and
+`agent_data_unverified` (no verification), each compared with `agent_data_guided`. Runs go to
 `--out/<env>/<method>-s<seed>`
 and resume when the script is rerun; each run's archive (`coevo archive`: config, manifests,
 logs, per-task eval rewards) goes to benchmarks/results/learning-runs/<env>/, and
@@ -91,6 +93,18 @@ METHODS = ("sft", "rft", "eto", "failure_agent")
 VARIANTS = {
     "agent_data_random": ("agent_data", ("agent_data.explorer.kind=random",)),
     "agent_data_guided": ("agent_data", ("agent_data.explorer.kind=guided",)),
+    # The paper's ablations of the guided row: one signal alone, and no verification.
+    **{
+        f"agent_data_{signal}": (
+            "agent_data",
+            ("agent_data.explorer.kind=guided", f"agent_data.signals=[{signal}]"),
+        )
+        for signal in ("forgetting", "boundary", "rare")
+    },
+    "agent_data_unverified": (
+        "agent_data",
+        ("agent_data.explorer.kind=guided", "agent_data.verify=false"),
+    ),
 }
 ORDER = (
     *METHODS, MATCHED, "positive_agent", "frozen_failure", "grpo", "agent_data", *VARIANTS

@@ -153,3 +153,22 @@ def test_each_explorer_variant_gets_the_margin_claim_and_guided_meets_random(tmp
     # The method itself keeps its row, saying what is missing.
     plain = by_claim(rows, "agent_data >= grpo + 5", "sql test_seen")
     assert plain["verdict"] == UNTESTABLE and "no archived agent_data" in plain["why"]
+
+
+def test_verification_is_claimed_once_both_guided_runs_are_archived(tmp_path):
+    runs = []
+    for seed in (1, 2, 3):
+        # Without verification 6 of 8 tasks fail that the guided run solves, in every seed.
+        rewards = {"agent_data_guided": [1] * 8, "agent_data_unverified": [1, 1] + [0] * 6}
+        for method, got in rewards.items():
+            split = {"test_seen": got, "test_unseen": [1] * 8}
+            runs.append(archived_run(tmp_path, method, seed, split, env="bfcl"))
+    rows = claims(runs, null_cells(runs))
+    seen = by_claim(rows, "verification helps", "bfcl test_seen")
+    assert seen["verdict"] == SHOWN
+    assert "agent_data_guided - agent_data_unverified +75.0" in seen["evidence"]
+    assert by_claim(rows, "verification helps", "bfcl test_unseen")["verdict"] == NOT_SHOWN
+    # Without the unverified run there is no such row at all.
+    guided_only = [r for r in runs if r.method == "agent_data_guided"]
+    claimed = {r["claim"] for r in claims(guided_only, null_cells(guided_only))}
+    assert "verification helps" not in claimed

@@ -118,6 +118,27 @@ def test_the_agent_data_rows_are_agent_data_with_their_explorer(learning, tmp_pa
         assert config.grpo.steps == learning.recipe(args, "sql", "grpo", 2).grpo.steps == 8
 
 
+def test_the_ablations_are_the_guided_row_with_one_signal_or_no_verification(learning, tmp_path):
+    from coevo.analysis.paired import CONTRASTS
+
+    args = Namespace(sizes="machine", overrides=[], out=tmp_path / "runs", archive=tmp_path)
+    guided = learning.recipe(args, "shop", "agent_data_guided", 1)
+    for signal in ("forgetting", "boundary", "rare"):
+        config = learning.recipe(args, "shop", f"agent_data_{signal}", 1)
+        assert (config.method, config.name) == ("agent_data", f"agent_data_{signal}")
+        assert config.agent_data.explorer.kind == "guided"
+        assert config.agent_data.signals == [signal] != guided.agent_data.signals
+        assert config.agent_data.verify and config.grpo == guided.grpo
+    unverified = learning.recipe(args, "shop", "agent_data_unverified", 1)
+    assert unverified.agent_data.verify is False and guided.agent_data.verify is True
+    assert unverified.agent_data.signals == guided.agent_data.signals
+    # Each is compared with the row it ablates, and every contrast names a row the grid runs.
+    ablations = {m for m, r in CONTRASTS if r == "agent_data_guided"}
+    assert ablations == {f"agent_data_{a}" for a in ("forgetting", "boundary", "rare")}
+    assert ("agent_data_guided", "agent_data_unverified") in CONTRASTS
+    assert ablations | {"agent_data_unverified"} <= set(learning.ORDER)
+
+
 def test_bfcl_has_machine_sizes_that_its_recipes_take(learning, tmp_path):
     args = Namespace(sizes="machine", overrides=[], out=tmp_path / "runs", archive=tmp_path)
     sft = learning.recipe(args, "bfcl", "sft", 0)

@@ -34,8 +34,10 @@ RESAMPLES = 10_000
 # benchmarks/learning.py) against both, which tells the hard negatives from the extra
 # training; each second-agent ablation against the method it ablates; agent_data >= GRPO + 5,
 # also with the explorers that need no LLM (benchmarks/learning.py's agent_data_guided and
-# agent_data_random), and guided against random (the paper: signal feedback beats random
-# exploration).
+# agent_data_random), guided against random (the paper: signal feedback beats random
+# exploration), each one-signal ablation of the guided row against it, and the guided row
+# against its run without verification (the gain verification brings, as the paper reports it).
+SIGNAL_ABLATIONS = ("forgetting", "boundary", "rare")
 CONTRASTS = (
     ("failure_agent", "eto"),
     ("eto_matched", "failure_agent"),
@@ -46,6 +48,8 @@ CONTRASTS = (
     ("agent_data_guided", "grpo"),
     ("agent_data_random", "grpo"),
     ("agent_data_guided", "agent_data_random"),
+    *((f"agent_data_{signal}", "agent_data_guided") for signal in SIGNAL_ABLATIONS),
+    ("agent_data_guided", "agent_data_unverified"),
 )
 
 
