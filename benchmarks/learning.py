@@ -142,12 +142,16 @@ MACHINE_SIZES = {
     ),
     # BFCL multi-turn: 150 train entries (of which valid_tasks are held out), 50 test_seen, 150
     # test_unseen; an expert episode is about 1,900 tokens at the median (configs/bfcl/base.yaml).
+    # A turn's budget is 6 actions, not BFCL's 21: the expert takes 2 (its calls, then the
+    # answer), and a turn that the agent never answers, the 135M SFT model's usual failure,
+    # cost 21 replies of up to 160 tokens (2 min 42 s an episode at batch 4 on one thread).
     "bfcl": (
         *COMMON,
         "dpo.epochs=1",
         "env.train_tasks=64",
         "env.valid_tasks=24",
         "env.eval_tasks=30",
+        "env.options.max_steps=6",
         "eval.batch_size=16",
         "explore.batch_size=16",
     ),

@@ -144,6 +144,8 @@ def test_bfcl_has_machine_sizes_that_its_recipes_take(learning, tmp_path):
     sft = learning.recipe(args, "bfcl", "sft", 0)
     assert (sft.env.name, sft.env.train_tasks, sft.env.valid_tasks) == ("bfcl", 64, 24)
     assert sft.eval.splits == ["valid", "test_seen", "test_unseen"] and sft.iterations == 1
+    # A shorter turn budget than BFCL's, the recipe's other options kept.
+    assert sft.env.options == {"docs": "signatures", "max_result_chars": 1000, "max_steps": 6}
     for method in ("grpo", "agent_data_random", "agent_data_guided"):
         config = learning.recipe(args, "bfcl", method, 0)
         assert (config.grpo.steps, config.grpo.micro_batch_size) == (4, 1)
