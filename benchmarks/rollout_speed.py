@@ -67,12 +67,14 @@ from pathlib import Path
 from statistics import mean
 
 import torch
+import yaml
 from machine import DEVICES, check_device, describe, gpu_name, results_file
 from measure import clock, gpu_peak
 
 from coevo.envs import make
 from coevo.envs.conversation import observation_message, opening_message
 from coevo.envs.pool import EnvPool
+from coevo.lengths import common_prefix
 from coevo.policy.base import Sampling
 from coevo.policy.hf import HFPolicy
 from coevo.policy.models import PRETRAINED, get_model
@@ -224,6 +226,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, default=10, help="step budget with --workers")
     parser.add_argument("--store", type=Path, help="count the tokens of a run's stored episodes")
     parser.add_argument(
+        "--cut-block",
+        type=int,
+        help="with --store: lockstep's tokens under the run's max_length, cut in blocks of this",
+    )
+    parser.add_argument(
         "--device",
         choices=DEVICES,
         default="cpu",
@@ -244,7 +251,7 @@ def main() -> None:
         workers_main(args)
         return
     if args.store:
-        stored_tokens(args.store, args.model or "smollm2-135m")
+        stored_tokens(args.store, args.model or "smollm2-135m", args.cut_block)
         return
     pretrained = args.model in PRETRAINED
     small = 8 if pretrained else 64
@@ -470,8 +477,10 @@ def timed_env_calls(pool) -> list[float]:
     return box
 
 
-def stored_tokens(run: Path, model: str) -> None:
-    """Print the tokens one at a time and lockstep would run for a run's stored episodes."""
+def stored_tokens(run: Path, model: str, cut_block: int | None = None) -> None:
+    """Print the tokens one at a time and lockstep would run for a run's stored episodes; with
+    `cut_block`, lockstep's under the run's own context budget, cut as the rollout cuts it
+    (just what must go, then in blocks of `cut_block` tokens)."""
     from transformers import AutoTokenizer
 
     from coevo.store import Store, store_path
@@ -481,6 +490,17 @@ def stored_tokens(run: Path, model: str) -> None:
         episodes = [t for t in store.trajectories() if t.agent != "expert"]
     if not episodes:
         raise SystemExit(f"{run} stores no explorations (only expert episodes, or none).")
+    if cut_block is not None:
+        max_length = yaml.safe_load((run / "config.yaml").read_text())["model"]["max_length"]
+        counts = [cut_tokens(episodes, tokenizer, max_length, block) for block in (0, cut_block)]
+        (tokens, breaks, cut), (tokens_b, breaks_b, _) = counts
+        print(
+            f"{run}: {len(episodes)} episodes, max_length {max_length}, {cut} prompts cut; "
+            f"lockstep tokens {tokens:,} cutting what must go ({breaks} prompts whose cached "
+            f"prefix broke), {tokens_b:,} in blocks of {cut_block} ({breaks_b}): ratio "
+            f"{tokens / tokens_b:.2f}"
+        )
+        return
     whole = new = replies = steps = 0
     for episode in episodes:
         seen = 0  # tokens a kept cache holds: the last prompt and reply
@@ -499,6 +519,27 @@ def stored_tokens(run: Path, model: str) -> None:
         f"a time; tokens one at a time {whole:,}, lockstep {new:,} (replies {replies / new:.0%} "
         f"of them): ratio {whole / new:.2f}"
     )
+
+
+def cut_tokens(episodes, tokenizer, max_length: int, block: int) -> tuple[int, int, int]:
+    """(tokens lockstep runs with kept caches, prompts whose cached prefix broke, prompts cut)
+    for `episodes` replayed under `max_length` as `rollout` prompts them, with `cut_block`."""
+    tokens = breaks = cut = 0
+    for episode in episodes:
+        budget = max_length - episode.metadata.get("sampling", {}).get("max_new_tokens", 0)
+        conversation = Conversation(tokenizer)
+        cached: list[int] = []  # the last prompt and its reply
+        for turn in episode.turns:
+            if turn.role == "assistant":
+                ids, dropped = conversation.prompt(budget, block)
+                reply = turn.token_ids or tokenizer(turn.text)["input_ids"]
+                kept = common_prefix(cached, ids)
+                tokens += len(ids) - kept + len(reply)
+                breaks += kept < len(cached)
+                cut += dropped > 0
+                cached = [*ids, *reply]
+            conversation.append(turn)
+    return tokens, breaks, cut
 
 
 def load_copy(model_dir: Path, policy):

@@ -68,6 +68,7 @@ def test_wrong_keys_and_values_name_themselves(overrides, message):
         ({"dpo": {"beta": -1}}, "dpo.beta must be > 0, got -1.0."),
         ({"grpo": {"optim": {"warmup_ratio": 2}}}, "grpo.optim.warmup_ratio must be in [0, 1)"),
         ({"sft": {"checkpoints": {"save_every": 0}}}, "sft.checkpoints.save_every must be >= 1"),
+        ({"model": {"cut_block": -1}}, "model.cut_block must be >= 0, got -1."),
     ],
 )
 def test_a_trainer_sections_own_check_names_the_recipe_key(section, message):

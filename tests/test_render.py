@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
+from coevo.lengths import common_prefix
 from coevo.policy.tiny import CHAT_TEMPLATE, SPECIAL_TOKENS, train_tokenizer
 from coevo.render import (
     ContextTooLongError,
@@ -260,3 +263,46 @@ def test_sampled_logprobs_line_up_with_the_agent_tokens(tokenizer):
         lp == 0.0 for lp, m in zip(out.sampled_logprobs, out.action_mask, strict=True) if not m
     )
     assert render(traj, tokenizer).sampled_logprobs is None  # turns without sampled ids
+
+
+def growing_prompts(tokenizer, budget: int, cut_block: int, exchanges: int = 14):
+    """The generation prompts of an episode played to `exchanges` observations, each step's
+    prompt with `budget`, and how many turns each left out."""
+    traj = trajectory(n_exchanges=exchanges)
+    conv = Conversation(tokenizer)
+    conv.append(traj.turns[0])
+    prompts = [conv.prompt(budget, cut_block)]
+    for agent, observation in zip(traj.turns[1::2], traj.turns[2::2], strict=False):
+        conv.extend([agent, observation])
+        prompts.append(conv.prompt(budget, cut_block))
+    return prompts
+
+
+def test_cutting_in_blocks_keeps_the_cached_prefix_for_several_steps(tokenizer):
+    whole = growing_prompts(tokenizer, None, 0)
+    budget = len(whole[5][0])  # the episode outgrows it from its sixth step on
+    step = len(whole[6][0]) - len(whole[5][0])  # tokens an exchange adds
+    minimal = growing_prompts(tokenizer, budget, 0)
+    blocks = growing_prompts(tokenizer, budget, 3 * step)
+    for ids, dropped in [*minimal, *blocks]:
+        assert len(ids) <= budget and dropped % 2 == 0  # whole (agent, observation) pairs
+    # Dropping just what must go moves the cut at almost every step past the budget (9 here);
+    # in blocks of about three exchanges about once every three steps, and never back.
+    moves = [sum(a[1] != b[1] for a, b in pairwise(p)) for p in (minimal, blocks)]
+    assert moves[0] >= sum(d > 0 for _, d in minimal) - 2 and moves[0] > 2 * moves[1] > 0
+    cuts = [d for _, d in blocks]
+    assert cuts == sorted(cuts) and all(
+        b >= m for (_, b), (_, m) in zip(blocks, minimal, strict=True)
+    )
+
+    # So a policy that caches each episode's prefix prefills fewer tokens again.
+    def prefilled(prompts):
+        return sum(len(b) - common_prefix(a, b) for (a, _), (b, _) in pairwise(prompts))
+
+    assert prefilled(blocks) < prefilled(minimal)
+    # Under the budget nothing changes, and without a block it is what it always was.
+    assert blocks[:6] == minimal[:6] == whole[:6]
+    assert [p for p, _ in minimal] == [
+        render_prompt(trajectory(14).turns[: 1 + 2 * k], tokenizer, max_length=budget)
+        for k in range(len(minimal))
+    ]

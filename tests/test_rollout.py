@@ -480,3 +480,44 @@ def test_sampled_ids_without_one_log_prob_each_are_refused_not_dropped(tokenizer
     tasks = ToyEnv().tasks("train")[:2]
     with pytest.raises(ValueError, match="returned 3 token ids but 2 log-probs"):
         rollout(MiscountingPolicy(tokenizer), ToyEnv, tasks, batch_size=2, progress=False)
+
+
+class LookingPolicy(ScriptedPolicy):
+    """Always looks (to the step budget), each reply numbered; records every prompt."""
+
+    def __init__(self, tokenizer) -> None:
+        super().__init__(tokenizer)
+        self.prompts: list[list[int]] = []
+
+    def generate(self, prompts, sampling, *, seeds=None):
+        self.prompts.extend(prompts)
+        return [Completion(f"Thought: look {len(self.prompts)}.\nAction: look", "stop")] * len(
+            prompts
+        )
+
+
+def test_a_cut_block_moves_the_cut_less_often_and_every_prompt_fits(tokenizer):
+    from functools import partial
+    from itertools import pairwise
+
+    from coevo.lengths import common_prefix
+
+    task = ToyEnv().tasks("train")[:1]
+    env = partial(ToyEnv, max_steps=16)
+    whole = LookingPolicy(tokenizer)
+    rollout(whole, env, task, progress=False)
+    step = len(whole.prompts[2]) - len(whole.prompts[1])
+    sampling = Sampling(max_new_tokens=8)
+    limit = len(whole.prompts[5]) + sampling.max_new_tokens  # outgrown from the 7th step on
+    breaks = []
+    for block in (0, 4 * step):
+        policy = LookingPolicy(tokenizer)
+        (played,) = rollout(
+            policy, env, task, sampling=sampling, max_length=limit, cut_block=block, progress=False
+        )
+        assert played.steps == 16 and played.metadata["prompts_cut_by_max_length"] == 10
+        assert all(len(p) <= limit - sampling.max_new_tokens for p in policy.prompts)
+        # Where the previous prompt is not a prefix of the next, a session prefills again.
+        pairs = pairwise(policy.prompts)
+        breaks.append(sum(common_prefix(a, b) < len(a) for a, b in pairs))
+    assert breaks[0] >= 8 and 0 < breaks[1] <= breaks[0] // 3

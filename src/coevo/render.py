@@ -23,12 +23,17 @@ and `Rendered.sampled_logprobs` lines their log-probs up with them (no re-tokeni
 Context budget (`max_length`): the leading system/instruction turns and the newest
 action/observation exchange are always kept; the oldest (assistant, user) turn pairs in between
 are dropped first. A conversation whose kept turns alone exceed the budget raises
-`ContextTooLongError` rather than being cut silently.
+`ContextTooLongError` rather than being cut silently. A generation prompt may drop in blocks
+(`Conversation.prompt(..., cut_block=N)`): the cut goes on to the first point where the dropped
+pairs' tokens pass a multiple of N, points fixed by the history itself, so that as an episode
+grows its cut moves once per N tokens or so instead of at every step, and the prefix a policy
+cached (its session) stays valid in between.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -288,8 +293,9 @@ class Conversation:
 
     # -- assembling under the budget --------------------------------------------------
 
-    def _kept(self, budget: int | None, extra: int) -> tuple[list[int], int]:
-        """Indices of kept turns and how many were dropped, for `extra` tokens after them."""
+    def _kept(self, budget: int | None, extra: int, block: int = 0) -> tuple[list[int], int]:
+        """Indices of kept turns and how many were dropped, for `extra` tokens after them;
+        with `block`, pairs are dropped on to the next block boundary (module doc)."""
         self._flush()
         n = len(self._pieces)
         keep = list(range(n))
@@ -305,20 +311,34 @@ class Conversation:
         head = min(head + 1, n)
         last_agent = max((i for i in range(n) if self.turns[i].role == "assistant"), default=n)
         # Droppable: (assistant, user) pairs after the head and before the newest agent turn.
-        dropped: set[int] = set()
+        pairs = []  # the first index of each droppable pair, oldest first
         i = head
-        while total > budget and i + 1 < last_agent:
+        while i + 1 < last_agent:
             if self.turns[i].role == "assistant" and self.turns[i + 1].role == "user":
-                dropped.update((i, i + 1))
-                total -= lengths[i] + lengths[i + 1]
+                pairs.append(i)
                 i += 2
             else:
                 i += 1
-        if total > budget:
+        freed = list(itertools.accumulate(lengths[i] + lengths[i + 1] for i in pairs))
+        need = next((k + 1 for k, f in enumerate(freed) if total - f <= budget), None)
+        if need is None:
             raise ContextTooLongError(
-                f"The instruction and the newest exchange take {total} tokens, more than "
-                f"max_length={budget}: raise max_length or shorten the env's observations."
+                f"The instruction and the newest exchange take {total - (freed or [0])[-1]} "
+                f"tokens, more than max_length={budget}: raise max_length or shorten the env's "
+                "observations."
             )
+        if block:
+            # On to the first boundary (the dropped tokens pass a multiple of `block`) at or
+            # after the pairs that must go, where the history has one yet.
+            need = next(
+                (
+                    k + 1
+                    for k in range(need - 1, len(pairs))
+                    if freed[k] // block > (freed[k - 1] if k else 0) // block
+                ),
+                need,
+            )
+        dropped = {j for i in pairs[:need] for j in (i, i + 1)}
         return [k for k in keep if k not in dropped], len(dropped)
 
     def render(self, max_length: int | None = None) -> Rendered:
@@ -341,11 +361,12 @@ class Conversation:
         """Ids of the generation prompt: kept turns, then the assistant header."""
         return self.prompt(max_length)[0]
 
-    def prompt(self, max_length: int | None = None) -> tuple[list[int], int]:
-        """The generation prompt's ids and how many turns it leaves out to fit the budget."""
+    def prompt(self, max_length: int | None = None, cut_block: int = 0) -> tuple[list[int], int]:
+        """The generation prompt's ids and how many turns it leaves out to fit the budget
+        (dropped in blocks of `cut_block` tokens where it is set: module doc)."""
         if self._header is None:
             self._header = _encode_many(self.tokenizer, [self._generation_header()])[0]
-        kept, dropped = self._kept(max_length, len(self._header))
+        kept, dropped = self._kept(max_length, len(self._header), cut_block)
         ids: list[int] = []
         for k in kept:
             ids.extend(self._pieces[k].ids)

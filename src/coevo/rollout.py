@@ -71,6 +71,7 @@ def rollout(
     seed: int = 0,
     agent: str | None = None,
     max_length: int | None = None,
+    cut_block: int = 0,
     progress: bool = True,
     description: str = "rollout",
     cache: bool = True,
@@ -80,7 +81,8 @@ def rollout(
 
     `envs` is an `EnvPool` (kept open for the caller's next rollout) or a zero-argument env
     factory (a pool is made and closed here). `max_length` caps prompt + reply tokens
-    (default: the policy's context); older exchanges are dropped to fit, and the episode's
+    (default: the policy's context); older exchanges are dropped to fit (`cut_block` tokens
+    at a time where it is set, `Conversation.prompt`), and the episode's
     `prompts_cut_by_max_length` counts its replies sampled so. `cache` lets a
     policy that supports sessions keep each episode's key/value cache between steps.
     `on_finished` is called with the episodes each step ended, as they end (e.g. to store
@@ -117,7 +119,7 @@ def rollout(
             prompts, waiting, finished = [], [], []
             for ep in live:
                 try:
-                    ids, dropped = ep.conversation.prompt(budget)
+                    ids, dropped = ep.conversation.prompt(budget, cut_block)
                     prompts.append(ids)
                     ep.prompts_cut += dropped > 0
                     waiting.append(ep)

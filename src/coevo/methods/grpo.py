@@ -41,6 +41,7 @@ def hf_player(
     config: GrpoSection,
     *,
     max_length: int | None = None,
+    cut_block: int = 0,
     agent: str = "target",
     decode: str = "auto",
     on_played: Callable[[int, list[Trajectory]], None] | None = None,
@@ -76,6 +77,7 @@ def hf_player(
             seed=seed,
             agent=agent,
             max_length=max_length,
+            cut_block=cut_block,
             progress=False,  # the trainer's bar is on screen
         )
         if on_played is not None:
@@ -152,6 +154,7 @@ def grpo_stage(
             run.pool,
             config,
             max_length=cfg.model.max_length,
+            cut_block=cfg.model.cut_block,
             decode=cfg.model.decode,
             on_played=store,
         )

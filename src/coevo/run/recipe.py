@@ -112,6 +112,11 @@ class ModelSection(ModelSource):
     otherwise where accelerate puts it (each process's GPU; CUDA_VISIBLE_DEVICES picks them)."""
     max_length: int = 2048
     """Token budget of one episode for training and generation; older turns are dropped."""
+    cut_block: int = 0
+    """Tokens a generation prompt drops at a time once an episode outgrows max_length (0: just
+    what it must): the cut then moves about once per that many tokens instead of at every
+    step, so an episode's cached prefix is not prefilled again at every step
+    (`coevo.render`). It changes what the agent sees: part of a run's identity."""
     decode: Literal["auto", "eager", "static", "graphs"] = "auto"
     """How in-process generation decodes (`coevo.policy.static_decode`): eager (a growing
     cache), static (fixed shapes), graphs (fixed shapes compiled, captured as CUDA graphs on a
@@ -478,6 +483,8 @@ class RunConfig:
             raise ConfigError(
                 f"model.pretrain_epochs must be >= 0, got {self.model.pretrain_epochs}."
             )
+        if self.model.cut_block < 0:
+            raise ConfigError(f"model.cut_block must be >= 0, got {self.model.cut_block}.")
         # Every count and sampling value a stage will use, before the first stage runs: a
         # mistake found inside a stage costs the stages before it.
         counts = {

@@ -118,7 +118,6 @@ def explore(
                     batch_size=cfg.batch_size,
                     seed=seed,
                     agent=agent,
-                    max_length=run.config.model.max_length,
                     description=f"{name}, tasks {start + 1}-{start + len(chunk)} of {len(todo)}",
                 )
         played = run.store.trajectories(stage=name)
@@ -169,7 +168,6 @@ def evaluate(run: Run, model: StageModel, iteration: int) -> EvalRecord:
                     batch_size=cfg.batch_size,
                     seed=run.config.seed,
                     agent="target",
-                    max_length=run.config.model.max_length,
                     description=f"eval-{iteration} {split}",
                 )
             splits[split] = episode_stats(run.store.trajectories(stage=name))
@@ -209,10 +207,12 @@ def play_and_store(
 
 
 def play(run: Run, policy: Policy, tasks: list[Task], **settings: Any) -> list[Trajectory]:
-    """`rollout` of `tasks`; under accelerate launch each process plays its share and every
+    """`rollout` of `tasks` within the run's context budget (`model.max_length`, cut in
+    `model.cut_block`s); under accelerate launch each process plays its share and every
     process gets all the episodes back, in task order (as one process would have played)."""
     procs = run.processes
-    played = rollout(policy, run.pool, procs.share(tasks), **settings)
+    budget = {"max_length": run.config.model.max_length, "cut_block": run.config.model.cut_block}
+    played = rollout(policy, run.pool, procs.share(tasks), **budget, **settings)
     if procs.count == 1:
         return played
     order = {task.id: i for i, task in enumerate(tasks)}

@@ -173,6 +173,7 @@ def explore_env(
     *,
     seed: int,
     max_length: int,
+    cut_block: int = 0,
     batch_size: int = 32,
 ) -> list[Trajectory]:
     """One goal-free exploration episode per seed, under its context, played by `policy`."""
@@ -191,5 +192,6 @@ def explore_env(
         seed=seed,
         agent="explorer",
         max_length=max_length,
+        cut_block=cut_block,
         progress=False,
     )

@@ -383,6 +383,7 @@ def _played_by(
         sampling,
         seed=seed,
         max_length=run.config.model.max_length,
+        cut_block=run.config.model.cut_block,
         batch_size=run.config.grpo.rollout_batch_size,
     )
 
