@@ -36,6 +36,8 @@ it counts the tokens each way would run through the model, one at a time (every 
 prompt and its reply) and lockstep with kept caches (every step's new prompt tokens and its
 reply), with --model's tokenizer. Their ratio bounds the speedup wherever a token costs both
 ways alike (prefill, compute-bound on a CPU); only decoding, batched lockstep, can add to it.
+With --cut-block N it counts lockstep's tokens under the run's own max_length instead, cutting
+just what must go against cutting in blocks of N (`model.cut_block`).
 
     python benchmarks/rollout_speed.py --device cuda --model smollm2-135m --tasks 64 --batch-size 64
 
