@@ -68,7 +68,7 @@ from coevo.analysis.claims import claims, claims_markdown
 from coevo.analysis.compare import compare, to_markdown
 from coevo.analysis.null import null_cells, null_markdown
 from coevo.analysis.runs import read_runs
-from coevo.config import load
+from coevo.config import ConfigError, load
 from coevo.methods.runner import SHARED_STAGES, adoptable, execute
 from coevo.run.console import quiet_libraries
 from coevo.run.recipe import GRPO_METHODS, RunConfig
@@ -442,12 +442,32 @@ def main() -> None:
     )
     args = parser.parse_args()
     defaults(args)
+    if not args.report_only:
+        check_grid(args)
     quiet_libraries()  # coevo's own stage lines only, as the `coevo` command prints
     dirs, timings = run_grid(args)
     made = tables(dirs)
     print("\n".join(made))
     if not args.no_write:
         write_results(args, dirs, timings, made)
+
+
+def check_grid(args: argparse.Namespace) -> None:
+    """Every run's recipe loads with the grid's sizes and overrides, before the first stage: a
+    misspelt method or override is refused now, not after an SFT run (SystemExit, saying which
+    and why). `eto_matched` is checked as ETO (its steps come from a run not made yet)."""
+    for env in args.envs:
+        for method in args.methods:
+            base = "eto" if method == MATCHED else VARIANTS.get(method, (method,))[0]
+            if not (ROOT / "configs" / env / f"{base}.yaml").is_file():
+                raise SystemExit(
+                    f"No {env} recipe for method {method!r} (configs/{env}/{base}.yaml); the "
+                    f"grid's methods: {', '.join(ORDER)}."
+                )
+            try:
+                recipe(args, env, "eto" if method == MATCHED else method, args.seeds[0])
+            except ConfigError as exc:
+                raise SystemExit(f"{env} {method}: {exc}") from None
 
 
 def defaults(args: argparse.Namespace) -> None:

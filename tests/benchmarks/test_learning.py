@@ -151,3 +151,27 @@ def test_bfcl_has_machine_sizes_that_its_recipes_take(learning, tmp_path):
         assert (config.grpo.steps, config.grpo.micro_batch_size) == (4, 1)
         assert config.agent_data.synthesis_every == 2
     assert "bfcl" in learning.ENVS  # a report lists it after the paper's other envs
+
+
+def test_a_misspelt_method_or_override_is_refused_before_any_run(learning, tmp_path):
+    def grid(envs, methods, overrides=()):
+        return Namespace(
+            envs=envs,
+            methods=["sft", *methods],
+            seeds=[0],
+            sizes="machine",
+            overrides=list(overrides),
+            out=tmp_path / "runs",
+            archive=tmp_path,
+        )
+
+    learning.check_grid(grid(["sql"], ["grpo", "agent_data_rare", "eto_matched"]))  # all load
+    learning.check_grid(grid(["bfcl"], ["grpo", "agent_data_unverified"]))
+    with pytest.raises(SystemExit, match="No sql recipe for method 'agent_data_typo'.*grid's"):
+        learning.check_grid(grid(["sql"], ["agent_data_typo"]))
+    # bfcl has the GRPO recipes only (configs/bfcl/).
+    with pytest.raises(SystemExit, match="No bfcl recipe for method 'eto_matched'"):
+        learning.check_grid(grid(["bfcl"], ["eto_matched"]))
+    with pytest.raises(SystemExit, match="sql sft: .*grpo.stepz"):
+        learning.check_grid(grid(["sql"], ["grpo"], ["grpo.stepz=3"]))
+    assert not (tmp_path / "runs").exists()  # nothing ran
