@@ -157,3 +157,24 @@ def test_matched_eto_is_compared_with_failure_agent_and_eto(tmp_path):
     ]
     assert rows["eto_matched - failure_agent"]["shop test_seen"]["mean"] == -0.5
     assert rows["eto_matched - eto"]["shop test_seen"]["mean"] == 0.0  # t0 down, t1 up
+
+
+def test_a_cells_resampled_figures_do_not_move_when_another_env_joins(tmp_path):
+    from tests.analysis.test_null import archived_run
+
+    # 30 tasks, half of them changed both ways: the bootstrap interval and the sign-flip p
+    # (Monte Carlo above its exact size) depend on the resampling seed.
+    gains = {"test_seen": [1, 0] * 15, "test_unseen": [1, 1, 0] * 10}
+    flat = {"test_seen": [0, 1] * 15, "test_unseen": [0, 1, 1] * 10}
+    sql = [
+        archived_run(tmp_path / "a", "grpo", 0, gains, env="sql"),
+        archived_run(tmp_path / "a", "sft", 0, flat, env="sql"),
+    ]
+    shop = [
+        archived_run(tmp_path / "b", "grpo", 0, flat, env="shop"),
+        archived_run(tmp_path / "b", "sft", 0, gains, env="shop"),
+    ]
+    alone = paired(sql, resamples=500)["rows"]["grpo - sft"]
+    joined = paired(shop + sql, resamples=500)["rows"]["grpo - sft"]
+    for column, cell in alone.items():
+        assert joined[column] == cell

@@ -16,6 +16,7 @@ is lenient when few tasks change.
 
 from __future__ import annotations
 
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,10 +180,12 @@ def paired(
     """{"baseline", "metric", "columns", "rows": {"method - reference": {column: tested()}},
     "notes"} for each of `contrasts` whose reference run (same env and seed) is among `runs`."""
     columns, diffs, notes = paired_diffs(runs, baseline, metric)
+    # Each cell's resampling seed comes from its own name, so a cell's interval and Monte Carlo
+    # p stay the same when other envs or comparisons join the table.
     rows = {
         name: {
-            column: tested(seeds, resamples, seed=i)
-            for i, (column, seeds) in enumerate(cols.items())
+            column: tested(seeds, resamples, seed=zlib.crc32(f"{name} {column}".encode()))
+            for column, seeds in cols.items()
         }
         for name, cols in diffs.items()
     }
