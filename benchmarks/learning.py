@@ -67,6 +67,7 @@ from coevo.analysis.archive import archive, finished_stages
 from coevo.analysis.claims import claims, claims_markdown
 from coevo.analysis.compare import compare, to_markdown
 from coevo.analysis.null import null_cells, null_markdown
+from coevo.analysis.paired import SIGNAL_ABLATIONS
 from coevo.analysis.runs import read_runs
 from coevo.config import ConfigError, load
 from coevo.methods.runner import SHARED_STAGES, adoptable, execute
@@ -99,7 +100,7 @@ VARIANTS = {
             "agent_data",
             ("agent_data.explorer.kind=guided", f"agent_data.signals=[{signal}]"),
         )
-        for signal in ("forgetting", "boundary", "rare")
+        for signal in SIGNAL_ABLATIONS
     },
     "agent_data_unverified": (
         "agent_data",
@@ -458,14 +459,15 @@ def check_grid(args: argparse.Namespace) -> None:
     and why). `eto_matched` is checked as ETO (its steps come from a run not made yet)."""
     for env in args.envs:
         for method in args.methods:
-            base = "eto" if method == MATCHED else VARIANTS.get(method, (method,))[0]
+            checked = "eto" if method == MATCHED else method
+            base = VARIANTS.get(checked, (checked,))[0]
             if not (ROOT / "configs" / env / f"{base}.yaml").is_file():
                 raise SystemExit(
                     f"No {env} recipe for method {method!r} (configs/{env}/{base}.yaml); the "
                     f"grid's methods: {', '.join(ORDER)}."
                 )
             try:
-                recipe(args, env, "eto" if method == MATCHED else method, args.seeds[0])
+                recipe(args, env, checked, args.seeds[0])
             except ConfigError as exc:
                 raise SystemExit(f"{env} {method}: {exc}") from None
 
