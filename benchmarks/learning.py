@@ -28,7 +28,9 @@ Each (env, seed) first runs SFT; every other method (RFT, ETO, failure-agent, GR
 starts from that SFT policy
 (`init_from`), as the paper's methods share one SFT start; ETO and failure-agent take it from a
 sibling run that has already explored the same tasks alike, adopting that first exploration
-too (`start_from`). `eto_matched` is ETO given the failure-agent target's DPO budget: an ETO
+too (`start_from`); likewise each agent_data row takes the GRPO steps before its first round
+(and their evaluation) from a sibling that trained them alike, `grpo` or another agent_data
+row, with the trainer's checkpoint there (`KEEP_STAGE_ENDS`). `eto_matched` is ETO given the failure-agent target's DPO budget: an ETO
 run (configs/<env>/eto.yaml) whose `dpo.steps` is the step count of the target DPO of the
 failure_agent run of its env and seed (`matched_steps`; that run must have finished its DPO,
 here or in the archive), so that "failure-agent > ETO" can be told from "more DPO".
@@ -157,6 +159,10 @@ MACHINE_SIZES = {
         "explore.batch_size=16",
     ),
 }
+# A GRPO run keeps its trainer's checkpoint at each interval's end, so that its siblings of
+# the same seed (grpo, each agent_data row) adopt the steps they would play alike, up to the
+# first agent-data round, instead of training them again (`coevo.methods.runner.grpo_prefix`).
+KEEP_STAGE_ENDS = "grpo.checkpoints.keep_stage_ends=true"
 MACHINE_GRPO = {
     "sql": (
         "grpo.steps=8",
@@ -202,6 +208,8 @@ def sizes(args: argparse.Namespace, env: str, method: str) -> list[str]:
             preset += MACHINE_GRPO.get(env, ())
     elif args.sizes == "paper":
         preset = PAPER
+    if VARIANTS.get(method, (method,))[0] in GRPO_METHODS:
+        preset += (KEEP_STAGE_ENDS,)
     if getattr(args, "device", "cpu") == "cuda":
         preset += ("model.device=cuda",)
     return [*preset, *args.overrides]

@@ -116,6 +116,9 @@ def test_the_agent_data_rows_are_agent_data_with_their_explorer(learning, tmp_pa
         assert config.agent_data.explorer.kind == kind
         # The GRPO sizes of the machine grid apply, as to grpo's row.
         assert config.grpo.steps == learning.recipe(args, "sql", "grpo", 2).grpo.steps == 8
+        # Their steps before the first round are taken from a sibling: its checkpoint is kept.
+        assert config.grpo.checkpoints.keep_stage_ends
+    assert not learning.recipe(args, "sql", "eto", 2).sft.checkpoints.keep_stage_ends
 
 
 def test_the_ablations_are_the_guided_row_with_one_signal_or_no_verification(learning, tmp_path):

@@ -4,6 +4,7 @@ stored rollouts, compare, and resume after kill -9."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,14 @@ GRPO = {
 VALUES = {**FAST, "method": "grpo", "grpo": GRPO}
 
 
+# Checkpoints kept at each interval's end change no result (a free key): a run of VALUES
+# resumes this one, and one of VALUES with init_from takes its first interval from it.
+KEEPING = {**VALUES, "grpo": {**GRPO, "checkpoints": {"keep_stage_ends": True}}}
+
+
 @pytest.fixture(scope="module")
 def grpo_run(tmp_path_factory) -> Path:
-    return execute(build(RunConfig, VALUES), tmp_path_factory.mktemp("grpo") / "run", quiet=True)
+    return execute(build(RunConfig, KEEPING), tmp_path_factory.mktemp("grpo") / "run", quiet=True)
 
 
 def test_intervals_end_every_eval_every_steps_and_at_the_last():
@@ -140,10 +146,6 @@ def test_a_finished_run_grows_by_more_steps_as_if_it_had_asked_for_them(grpo_run
     assert [steps(run, i) for i in (1, 2, 3)] == [[1, 1], [2, 2], [3, 3]]
     assert "eval-3" in after
 
-    def rewards(path: Path) -> list[float]:
-        lines = (path / "stages/grpo/metrics.jsonl").read_text().splitlines()
-        return [json.loads(line)["reward_mean"] for line in lines]
-
     def scores(path: Path, i: int) -> dict:
         manifest = json.loads((path / f"stages/eval-{i}/manifest.json").read_text())
         return manifest["outputs"]["splits"]
@@ -191,10 +193,6 @@ def test_a_run_killed_mid_interval_resumes_to_the_same_result(grpo_run, tmp_path
         keys = [(t.task.id, t.sample) for t in store.trajectories(stage="grpo-2")]
     assert len(keys) == len(set(keys)) == 16  # step 3 replayed after the kill, stored once
 
-    def rewards(path: Path) -> list[float]:
-        lines = (path / "stages/grpo/metrics.jsonl").read_text().splitlines()
-        return [json.loads(line)["reward_mean"] for line in lines]
-
     def final_eval(path: Path) -> dict:
         return json.loads((path / "stages/eval-2/manifest.json").read_text())["outputs"]
 
@@ -208,3 +206,64 @@ def test_recipe_mistakes_name_the_setting():
     checkpoints = {"resume": False}
     with pytest.raises(ConfigError, match="grpo.checkpoints.resume' is gone: the stage decides"):
         build(RunConfig, {**VALUES, "grpo": {**GRPO, "checkpoints": checkpoints}}).validate()
+
+
+def rewards(path: Path) -> list[float]:
+    lines = (path / "stages/grpo/metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["reward_mean"] for line in lines]
+
+
+def test_a_run_takes_the_intervals_another_trained_alike_and_trains_on_as_it_did(
+    grpo_run, tmp_path
+):
+    """Same settings, init_from the finished run: steps 1-2 and their evaluation are adopted
+    with the checkpoint kept at step 2, and step 3, trained here, is the finished run's."""
+    from coevo.train.loop import is_kept
+
+    kept = grpo_run / "stages/grpo/checkpoints"
+    assert sorted(p.name for p in kept.iterdir()) == ["step-2", "step-3"]
+    assert is_kept(kept / "step-2") and not is_kept(kept / "step-3")
+    run = execute(build(RunConfig, {**VALUES, "init_from": str(grpo_run)}), tmp_path / "run")
+
+    def adopted(name: str) -> str | None:
+        return json.loads((run / f"stages/{name}/manifest.json").read_text()).get("adopted_from")
+
+    assert adopted("grpo-1") == adopted("eval-1") == str(grpo_run)
+    assert adopted("grpo-2") is None and adopted("eval-2") is None
+    assert (run / "stages/grpo/adopted_from").read_text().strip() == str(grpo_run)
+    assert rewards(run) == rewards(grpo_run)  # steps 1-2 adopted, step 3 trained alike
+
+    def scores(path: Path) -> dict:
+        return json.loads((path / "stages/eval-2/manifest.json").read_text())["outputs"]["splits"]
+
+    assert scores(run) == scores(grpo_run)
+    with Store(run, create=False) as ours, Store(grpo_run, create=False) as theirs:
+        for step in (1, 2):
+            mine = ours.trajectories(stage="grpo-1", iteration=step)
+            assert [t.agent_texts for t in mine] == [
+                t.agent_texts for t in theirs.trajectories(stage="grpo-1", iteration=step)
+            ]
+
+
+def test_only_intervals_trained_alike_up_to_a_kept_checkpoint_are_adopted(grpo_run, tmp_path):
+    import shutil
+
+    from coevo.methods.runner import adoptable, alike_intervals
+
+    def grpo_stages(source: Path = grpo_run, **grpo) -> list[str]:
+        config = build(RunConfig, {**VALUES, "grpo": {**GRPO, **grpo}})
+        return [s for s in adoptable(source, config)[1] if s[-1].isdigit() and s[:4] != "eval"]
+
+    assert grpo_stages() == ["grpo-1"]
+    assert grpo_stages(optim={"lr": 1e-4}) == []  # trained otherwise
+    # Without the checkpoint kept at step 2 the run could not train on from there.
+    copy = tmp_path / "copy"
+    shutil.copytree(grpo_run, copy, copy_function=os.link)
+    shutil.rmtree(copy / "stages/grpo/checkpoints/step-2")
+    assert grpo_stages(copy) == []
+    # agent_data plays as GRPO does up to its first round only.
+    later = {"steps": 8, "eval_every": 4}
+    assert alike_intervals(build(RunConfig, {**VALUES, "grpo": {**GRPO, **later}})) == [4, 8]
+    rounds = {"method": "agent_data", "agent_data": {"synthesis_every": 2}}
+    config = build(RunConfig, {**VALUES, **rounds, "grpo": {**GRPO, **later}})
+    assert alike_intervals(config) == [2]

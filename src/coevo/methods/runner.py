@@ -34,9 +34,10 @@ from coevo.run.estimate import Planned, time_left
 from coevo.run.lock import lock_run_dir
 from coevo.run.pipeline import Pipeline, RunDirError, result_settings, write_atomic
 from coevo.run.processes import start
+from coevo.methods.grpo import TRAINER_DIR, intervals
 from coevo.run.recipe import GRPO_METHODS, RunConfig
 from coevo.store import Store, StoreError
-from coevo.train.loop import CHECKPOINTS
+from coevo.train.loop import CHECKPOINTS, incomplete, is_weights_only
 
 # Stages every method begins with, identical when env, model, sft and seed agree.
 SHARED_STAGES = ("experts", "experts-valid", "model", "sft-target", "eval-0")
@@ -182,18 +183,76 @@ def adoptable(source: Path, config: RunConfig) -> tuple[list[str], list[str]]:
     explores_alike = all(alike(k) for k in EXPLORATION_KEYS)
     if "dpo" in method(config.method).reads and explores_alike:
         stages.append(FIRST_EXPLORATION)
+    if config.method in GRPO_METHODS and theirs.get("method") in GRPO_METHODS and alike("grpo"):
+        stages += grpo_prefix(source, config)
     return differ, stages
+
+
+def alike_intervals(config: RunConfig) -> list[int]:
+    """The ends of the GRPO intervals that `config`'s run plays as every GRPO run with its
+    settings does: all of `grpo`'s; `agent_data`'s up to its first round (the steps after it
+    draw tasks the round synthesized)."""
+    grpo = config.grpo
+    ends = intervals(grpo.steps, grpo.eval_every)
+    if config.method != "agent_data":
+        return ends
+    every = config.agent_data.synthesis_every
+    return sorted(end for end in {*ends, *intervals(grpo.steps, every)} if end <= every)
+
+
+def grpo_prefix(source: Path, config: RunConfig) -> list[str]:
+    """The GRPO intervals (`grpo-<i>`) and their evaluations (`eval-<i>`) that `config`'s run
+    would adopt from the finished ones of GRPO run `source`, whose settings it shares: those
+    that end where its own do, trained on no synthesized task, up to the last whose end the
+    source's trainer kept a checkpoint of (`Checkpoints.keep_stage_ends`), from which the run
+    trains on."""
+    adopted: list[str] = []
+    stages: list[str] = []
+    done = 0
+    for i, until in enumerate(alike_intervals(config), start=1):
+        manifest = _manifest(source / "stages" / f"grpo-{i}")
+        inputs = (manifest or {}).get("inputs") or {}
+        if inputs.get("steps") != [done + 1, until] or inputs.get("synthesized_tasks"):
+            break
+        stages.append(f"grpo-{i}")
+        evaluated = until % config.grpo.eval_every == 0 or until == config.grpo.steps
+        if evaluated and _manifest(source / "stages" / f"eval-{i}") is not None:
+            stages.append(f"eval-{i}")
+        if resumable(trainer_checkpoint(source, until)):
+            adopted = list(stages)
+        done = until
+    return adopted
+
+
+def trainer_checkpoint(run_dir: Path, step: int) -> Path:
+    return run_dir / "stages" / TRAINER_DIR / CHECKPOINTS / f"step-{step}"
+
+
+def resumable(path: Path) -> bool:
+    """Whether training can go on from checkpoint `path`: complete, with the optimizer's state."""
+    return path.is_dir() and incomplete(path) is None and not is_weights_only(path)
+
+
+def _manifest(stage_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((stage_dir / "manifest.json").read_text())
+    except (OSError, ValueError):  # none, or not readable: the stage is not finished
+        return None
 
 
 def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> None:
     """Start from `source`'s shared stages: link their files and copy their stored rows (and
-    the target's first exploration, where both runs explore with the same settings)."""
+    the target's first exploration, where both runs explore with the same settings; and the
+    GRPO intervals both play alike, with the trainer's folder at the last one's end)."""
     differ, stages = adoptable(source, config)
     if differ:
         raise ConfigError(
             f"init_from: {str(source)!r} was run with other {', '.join(differ)} settings; "
             "its SFT policy is not this run's starting point."
         )
+    trained = [s for s in stages if s.startswith("grpo-")]
+    if trained and not adopt_trainer(source, pipeline.run_dir, trained[-1]):
+        stages = [s for s in stages if s in SHARED_STAGES or s == FIRST_EXPLORATION]
     source_store = Store(source, create=False)
     try:
         for stage in stages:
@@ -210,18 +269,48 @@ def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> 
                 ignore=shutil.ignore_patterns(CHECKPOINTS, "manifest.json"),
                 copy_function=_link_or_copy,
             )
-            # Rows are tagged with the stage (evals with the stage and split).
+            # Rows are tagged with the stage (evals with the stage and split) and iteration
+            # (a GRPO interval's with each step).
             for name in (stage, *(f"{stage}-{split}" for split in config.eval.splits)):
-                rows = list(source_store.stored_trajectories(stage=name))
-                if rows:
-                    store.add_trajectories(
-                        [r.trajectory for r in rows], iteration=rows[0].iteration, stage=name
-                    )
+                by_iteration: dict[int, list[Any]] = {}
+                for row in source_store.stored_trajectories(stage=name):
+                    by_iteration.setdefault(row.iteration, []).append(row.trajectory)
+                for iteration, played in sorted(by_iteration.items()):
+                    store.add_trajectories(played, iteration=iteration, stage=name)
             # The manifest last: the stage counts as done only once everything is in place.
             adopted = {**json.loads(manifest.read_text()), "adopted_from": str(source)}
             write_atomic(target / "manifest.json", json.dumps(adopted, indent=2))
     finally:
         source_store.close()
+
+
+ADOPTED = "adopted_from"
+
+
+def adopt_trainer(source: Path, run_dir: Path, stage: str) -> bool:
+    """Give the run the GRPO trainer's folder of `source` as it was at the end of its stage
+    `stage`: the checkpoint there (linked) and the metrics of the steps up to it, so the run's
+    next interval trains on from there. False (nothing adopted) when the run has a trainer
+    folder of its own: it trained some steps itself before."""
+    trainer = run_dir / "stages" / TRAINER_DIR
+    if trainer.exists():
+        return (trainer / ADOPTED).is_file()
+    until = json.loads((source / "stages" / stage / "manifest.json").read_text())
+    until = until["inputs"]["steps"][1]
+    made = trainer.with_name(trainer.name + ".tmp")
+    shutil.rmtree(made, ignore_errors=True)
+    shutil.copytree(
+        trainer_checkpoint(source, until),
+        made / CHECKPOINTS / f"step-{until}",
+        copy_function=_link_or_copy,
+    )
+    metrics = source / "stages" / TRAINER_DIR / "metrics.jsonl"
+    lines = [line for line in metrics.read_text().splitlines() if line.strip()]
+    kept = [line for line in lines if json.loads(line).get("step", 0) <= until]
+    (made / "metrics.jsonl").write_text("".join(line + "\n" for line in kept))
+    (made / ADOPTED).write_text(f"{source}\n")
+    made.rename(trainer)  # whole or not at all
+    return True
 
 
 def _link_or_copy(src: str, dst: str) -> None:

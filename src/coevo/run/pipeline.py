@@ -340,9 +340,11 @@ def _rank(key: str) -> int:
 # cannot take them, or
 # more CPU threads for a run left alone on the machine (threads split the same sums), or
 # another decoding loop (greedy and seeded sampled replies equal the eager loop's:
-# tests/policy/test_static_decode.py), e.g. eager for a GPU whose graphs fail.
+# tests/policy/test_static_decode.py), e.g. eager for a GPU whose graphs fail, or
+# which checkpoints stay on disk for other runs to start from.
 FREE_KEYS = (
     "compute.gradient_checkpointing",
+    "checkpoints.keep_stage_ends",
     "dpo.shared_prefix",
     "sft.packing",
     "model.cpu_threads",

@@ -396,6 +396,15 @@ class CheckpointDir:
             or self.due(self.settings.save_every_minutes)
         )
 
+    def stage_end(self, step: int) -> bool:
+        """Whether the checkpoint of `step` is kept past the rotation: it is where this call
+        stops early, and the settings keep such (`Checkpoints.keep_stage_ends`)."""
+        return (
+            self.settings.keep_stage_ends
+            and step == self.stop_after_steps
+            and (self.total_steps is None or step < self.total_steps)
+        )
+
     def step_done(self, record: dict[str, Any], epoch: int, last: int) -> None:
         """Log step `record["step"]`'s record and checkpoint when one is due."""
         self.log(record)
@@ -524,15 +533,27 @@ class CheckpointDir:
                 for p in sorted(tmp.rglob("*"))
                 if p.is_file()
             }
-            state = {"step": step, "epoch": epoch, "files": files, "weights_only": weights_only}
+            state = {
+                "step": step,
+                "epoch": epoch,
+                "files": files,
+                "weights_only": weights_only,
+                "kept": self.stage_end(step),
+            }
             (tmp / STATE_FILE).write_text(json.dumps(state))
             # A rename is atomic: a run killed mid-save leaves only a .tmp that is ignored.
             tmp.rename(final)
             # Only then the oldest go: there is always one complete checkpoint on disk.
-            for _, old in self.checkpoints()[: -self.keep]:
+            rotating = [path for _, path in self.checkpoints() if not is_kept(path)]
+            for old in rotating[: -self.keep]:
                 shutil.rmtree(old, ignore_errors=True)
         self.accelerator.wait_for_everyone()
         self.saved_at = time.monotonic()
+
+
+def is_kept(path: Path) -> bool:
+    """Whether checkpoint `path` ends a stage and is kept (`Checkpoints.keep_stage_ends`)."""
+    return bool(json.loads((path / STATE_FILE).read_text()).get("kept"))
 
 
 def is_weights_only(path: Path) -> bool:

@@ -69,6 +69,11 @@ class Checkpoints:
     checkpoint holds the weights and the AdamW state: about 12 bytes per trained weight."""
     save_total_limit: int = 2
     """Checkpoints kept (oldest deleted first)."""
+    keep_stage_ends: bool = False
+    """Also keep, past `save_total_limit`, the checkpoint where a call stops before the run's
+    last step (`stop_after_steps`: the end of each GRPO evaluation interval), so that another
+    run whose steps up to there are the same starts from it (`init_from`:
+    `coevo.methods.runner.adopt`). Each costs about 12 bytes per trained weight on disk."""
 
     def check(self, where: str) -> None:
         for name in ("save_every", "save_total_limit"):

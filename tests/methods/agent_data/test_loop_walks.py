@@ -29,7 +29,7 @@ def values(kind: str, cache: Path | None = None, **more) -> dict:
         "model": {**FAST["model"], "max_length": 1024},
         "sft": {**FAST["sft"], "epochs": 2},
         "method": "agent_data",
-        "grpo": {**GRPO, "steps": 2, "eval_every": 2},
+        "grpo": {**GRPO, "steps": 2, "eval_every": 2, "checkpoints": {"keep_stage_ends": True}},
         "agent_data": {**AGENT_DATA, "explorer": {"kind": kind}},
         **more,
     }
@@ -82,6 +82,11 @@ def test_a_guided_round_starts_from_the_signals(random_run, sql_cache, tmp_path)
     )
     summary = round_summary(run)
     assert summary["explorer"] == "guided" and summary["explorations"] == 3
+    # Step 1, before the round, is the random run's: adopted with its kept checkpoint, so
+    # the round sees the same signals.
+    grpo_1 = json.loads((run / "stages/grpo-1/manifest.json").read_text())
+    assert grpo_1["adopted_from"] == str(random_run)
+    assert summary["signals"] == round_summary(random_run)["signals"]
     assert summary["verified"] >= 1
     with Store(run, create=False) as store:
         explorations = store.trajectories(stage="evolve-1")
