@@ -43,7 +43,14 @@ signals), the rows that compare with `grpo` (issue 38); the guided row's ablatio
 and resume when the script is rerun; each run's archive (`coevo archive`: config, manifests,
 logs, per-task eval rewards) goes to benchmarks/results/learning-runs/<env>/, and
 `--report-only` tabulates a run's archive where it got further than the run folder (a fresh
-clone has none); without --envs, --methods or --seeds it tabulates every archived one. The
+clone has none); without --envs, --methods or --seeds it tabulates every archived one.
+
+`--table2` makes the paper's Table 2 (hard-negative shares after DPO) from the grid's
+one-iteration runs: for each env and seed, a branch of the finished failure_agent and eto runs
+(`init_from` a run of the same recipe with one more iteration adopts all its stages, leaving it
+as it was) that stops once its explorations of that iteration are stored (`execute(until=)`),
+in `--out/<env>/table2/`, archived to learning-runs/<env>/table2/; the Table 2 verdict reads
+them, the score tables do not (their scores are their sources'). The
 tables (the paper's Table 3 and Table 2 layouts, the paired tests), the null cells (SFT against
 itself at two seeds: the noise floor), a verdict per paper claim with the smallest difference
 the grid could have detected (`coevo.analysis.claims`) and the wall time of every run are
@@ -296,6 +303,62 @@ def recipe(args: argparse.Namespace, env: str, method: str, seed: int) -> RunCon
     return load(RunConfig, ROOT / "configs" / env / f"{method}.yaml", overrides)
 
 
+# Table 2's branches: folder, and the method -> the agents whose explorations it compares.
+TABLE2 = "table2"
+TABLE2_AGENTS = {"failure_agent": ("target", "failure"), "eto": ("target",)}
+
+
+def run_table2(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
+    """Table 2's branches of the grid's envs and seeds (`--table2` runs them; otherwise they
+    are tabulated as far as they got): each a finished failure_agent or eto run with one more
+    iteration, stopped after that iteration's explorations."""
+    dirs, timings = [], []
+    for env in args.envs:
+        for seed in args.seeds:
+            for method, agents in TABLE2_AGENTS.items():
+                source = args.out / env / f"{method}-s{seed}"
+                run_dir = args.out / env / TABLE2 / source.name
+                kept = args.archive / env / TABLE2 / source.name
+                if args.table2 and not args.report_only:
+                    branch(args, env, method, seed, source, run_dir, agents)
+                found = further(run_dir, kept)
+                if found is None:
+                    continue
+                if found != kept and not args.no_write:
+                    archive(found, kept)
+                total = sum(stage_minutes(found).values())
+                timings.append(f"| {env} | {method} ({TABLE2}) | {seed} | {total:.1f} |")
+                dirs.append(found)
+    return dirs, timings
+
+
+def branch(
+    args: argparse.Namespace,
+    env: str,
+    method: str,
+    seed: int,
+    source: Path,
+    run_dir: Path,
+    agents: tuple[str, ...],
+) -> None:
+    """Run one Table 2 branch of `source`, unless the source is not finished (said, skipped)."""
+    config = recipe(args, env, method, seed)
+    if not (source / "stages" / f"eval-{config.iterations}" / "manifest.json").is_file():
+        print(f"{env} {method} seed {seed}: no finished run at {source}, no Table 2 branch")
+        return
+    n = config.iterations + 1
+    config = replace(config, iterations=n, init_from=str(source))
+    differ, stages = adoptable(source, config)
+    done = {path.parent.name for path in (source / "stages").glob("*/manifest.json")}
+    if differ or not done <= set(stages):
+        # Not a branch (its recipe differs from the grid's now): it would train anew.
+        raise SystemExit(
+            f"{source} was run with another recipe than the grid's now ({', '.join(differ)}); "
+            "its Table 2 branch would not go on from it."
+        )
+    execute(config, run_dir, until=[f"explore-{n}-{agent}" for agent in agents])
+
+
 def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
     dirs, timings = [], []
     for env in args.envs:
@@ -304,7 +367,7 @@ def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
             for method in args.methods:
                 run_dir = args.out / env / f"{method}-s{seed}"
                 kept = args.archive / env / run_dir.name
-                if not args.report_only:
+                if not args.report_only and not args.table2:
                     config = recipe(args, env, method, seed)
                     if method != "sft":
                         source = start_from(run_dir, sft_dir, config)
@@ -354,18 +417,24 @@ def kept(old: str, markers: tuple[str, str], empty: str) -> str:
     return found.group(0) if found else f"{markers[0]}\n{empty}\n{markers[1]}"
 
 
-def tables(dirs: list[Path]) -> tuple[str, str]:
-    """(the verdicts per paper claim and the null cells, the compare tables) of `dirs`."""
+def tables(dirs: list[Path], branches: list[Path]) -> tuple[str, str]:
+    """(the verdicts per paper claim and the null cells, the compare tables) of `dirs`, with
+    Table 2's `branches` for its verdict."""
     runs, _ = read_runs(list(dirs))
+    table2 = read_runs(list(branches))[0] if branches else []
     null = null_cells(runs)
     verdicts = "\n\n".join(
-        part for part in (claims_markdown(claims(runs, null)), null_markdown(null)) if part
+        part for part in (claims_markdown(claims(runs, null, table2)), null_markdown(null)) if part
     )
     return verdicts + "\n", to_markdown(compare(dirs))
 
 
 def write_results(
-    args: argparse.Namespace, dirs: list[Path], timings: list[str], made: tuple[str, str]
+    args: argparse.Namespace,
+    dirs: list[Path],
+    timings: list[str],
+    made: tuple[str, str],
+    branch_timings: list[str],
 ) -> None:
     old = args.results.read_text() if args.results.exists() else ""
     summary = kept(old, SUMMARY, "(no summary yet)")
@@ -404,6 +473,19 @@ def write_results(
             "| --- | --- | --- |" + " --- |" * (len(STAGE_KINDS) + 1),
             *timings,
             "",
+            *(
+                [
+                    "Table 2's branches (`--table2`): minutes of their own stages (the "
+                    "explorations after one more DPO each)",
+                    "",
+                    "| env | method | seed | total |",
+                    "| --- | --- | --- | --- |",
+                    *branch_timings,
+                    "",
+                ]
+                if branch_timings
+                else []
+            ),
             "## Notes",
             "",
             notes,
@@ -440,6 +522,12 @@ def main() -> None:
         help="Run nothing: tabulate the runs of the grid as far as they got (finished stages).",
     )
     parser.add_argument(
+        "--table2",
+        action="store_true",
+        help="Run Table 2's branches (each finished failure_agent and eto run of the grid's "
+        "envs and seeds, one more iteration, up to its explorations) instead of the grid.",
+    )
+    parser.add_argument(
         "--sizes",
         choices=("machine", "recipes", "paper"),
         help="machine (default on cpu): each env at the sizes the recorded grid ran at on 2 CPU "
@@ -455,10 +543,11 @@ def main() -> None:
         check_grid(args)
     quiet_libraries()  # coevo's own stage lines only, as the `coevo` command prints
     dirs, timings = run_grid(args)
-    made = tables(dirs)
+    branches, branch_timings = run_table2(args)
+    made = tables(dirs, branches)
     print("\n".join(made))
     if not args.no_write:
-        write_results(args, dirs, timings, made)
+        write_results(args, dirs, timings, made, branch_timings)
 
 
 def check_grid(args: argparse.Namespace) -> None:

@@ -289,6 +289,14 @@ def run_command(
     overrides: Annotated[
         list[str] | None, typer.Argument(help="Overrides such as model.size=nano iterations=2.")
     ] = None,
+    until: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--until",
+            help="Stop once this stage is finished (repeat for several: once all are), e.g. "
+            "--until explore-2-failure; a rerun without it goes on.",
+        ),
+    ] = None,
 ) -> None:
     """Run a method recipe; rerunning the same directory skips finished stages and resumes."""
     from coevo.config import ConfigError
@@ -307,7 +315,7 @@ def run_command(
 
         quiet_libraries()
         started = time.monotonic()
-        execute(recipe, out)
+        execute(recipe, out, until=until or ())
     except (ConfigError, RunDirError, envs.EnvError, ModelError, ProcessesError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:

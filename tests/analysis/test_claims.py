@@ -103,6 +103,21 @@ def test_table_2_after_a_dpo(tmp_path):
     assert before["verdict"] == UNTESTABLE and "iteration 2 on" in before["why"]
 
 
+def test_table_2_reads_the_explorations_of_branches_and_nothing_else_of_them(tmp_path):
+    """The grid's runs have one iteration; Table 2's branches (`benchmarks/learning.py
+    --table2`) went on from them to explore once more: the verdict is the one their second
+    explorations give, and their scores (their sources') change no other claim."""
+    runs = grid(tmp_path / "runs", table2=False)
+    branches = [run for run in grid(tmp_path / "table2", table2=True) if run.method != "sft"]
+    null = null_cells(runs)
+    row = by_claim(claims(runs, null, branches), "Table 2", "shop")
+    assert row["verdict"] == SHOWN and row["evidence"].endswith("; seeds [+16.2, +30.5]")
+    alone = claims(runs, null)
+    assert by_claim(alone, "Table 2", "shop")["verdict"] == UNTESTABLE
+    others = [r for r in claims(runs, null, branches) if not r["claim"].startswith("Table 2")]
+    assert others == [r for r in alone if not r["claim"].startswith("Table 2")]
+
+
 def test_agent_data_must_lead_grpo_by_five_points(tmp_path):
     runs = []
     for seed in (1, 2, 3):

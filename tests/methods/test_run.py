@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from coevo.analysis.compare import compare
 from coevo.cli import app
-from coevo.config import build, load
+from coevo.config import ConfigError, build, load
 from coevo.methods.plan import Scope, announce
 from coevo.methods.registry import method
 from coevo.methods.runner import env_pool, execute, recorded
@@ -322,6 +322,28 @@ def test_eto_takes_the_first_target_exploration_from_a_failure_agent_run(failure
         assert not (run / "stages/explore-1-target").exists()
 
 
+def test_a_branch_takes_every_finished_stage_and_stops_where_asked(failure_run, tmp_path):
+    """init_from a run of the same recipe with one more iteration: every finished stage of it
+    is adopted, the source is left as it was, and the branch stops after the stages given."""
+    before = manifest_times(failure_run)
+    explored = ("explore-3-target", "explore-3-failure")
+    config = recipe(method="failure_agent", iterations=3, init_from=str(failure_run))
+    with pytest.raises(ConfigError, match=r"until: explore-9-target is not a stage of this run"):
+        execute(config, tmp_path / "misspelt", quiet=True, until=("explore-9-target",))
+    branch = execute(config, tmp_path / "branch", quiet=True, until=explored)
+    assert manifest_times(failure_run) == before
+    times = manifest_times(branch)
+    assert set(times) == {*before, *explored}  # stopped before DPO 3
+    for stage in before:
+        manifest = json.loads((branch / f"stages/{stage}/manifest.json").read_text())
+        assert manifest["adopted_from"] == str(failure_run)
+    with Store(branch, create=False) as ours, Store(failure_run, create=False) as theirs:
+        for stage in ("explore-2-failure", "eval-2-test_seen"):
+            mine = [t.to_dict() for t in ours.trajectories(stage=stage)]
+            assert mine == [t.to_dict() for t in theirs.trajectories(stage=stage)]
+        assert len(ours.trajectories(stage="explore-3-failure")) == 16  # 8 tasks x 2 samples
+
+
 def test_a_finished_run_continues_with_more_iterations(tmp_path):
     from coevo.run.pipeline import RunDirError
 
@@ -405,6 +427,13 @@ def test_config_errors_name_themselves(tmp_path):
     )
     assert result.exit_code == 2 and "method must be one of" in result.output
     assert not (tmp_path / "x").exists()
+    # A stage to stop after that the run does not have: refused before any stage runs.
+    config.write_text(yaml.safe_dump({**FAST, "method": "sft"}))
+    out = tmp_path / "y"
+    result = CliRunner().invoke(app, ["run", str(config), "--out", str(out), "--until", "eval-9"])
+    assert result.exit_code == 2
+    assert "until: eval-9 is not a stage of this run; its stages: experts, " in result.output
+    assert not list(out.glob("stages/*/manifest.json"))
 
 
 def test_ctrl_c_says_how_to_go_on(tmp_path, monkeypatch):

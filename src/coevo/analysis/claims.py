@@ -51,10 +51,13 @@ VERIFIED = ("agent_data_guided", "agent_data_unverified")
 HARD_NEGATIVE = "hard_negative"
 
 
-def claims(runs: list[RunSummary], null: dict[str, Any]) -> list[dict[str, Any]]:
+def claims(
+    runs: list[RunSummary], null: dict[str, Any], branches: Sequence[RunSummary] = ()
+) -> list[dict[str, Any]]:
     """One row per claim and env (and test split, where the claim is per split): {"claim",
     "where", "evidence", "verdict", "why", "detectable" (normal), "detectable_t" (None under 3
-    seeds)}, from `runs` and their `null.null_cells` table."""
+    seeds)}, from `runs` and their `null.null_cells` table; Table 2's also from `branches`,
+    runs that went on from some of `runs` to explore once more (their scores are not theirs)."""
     _, diffs, _ = paired_diffs(runs)
     envs = list(dict.fromkeys(r.env for r in runs))
     spread = null["spread"]
@@ -65,7 +68,7 @@ def claims(runs: list[RunSummary], null: dict[str, Any]) -> list[dict[str, Any]]
     for env in envs:
         rows.append(unseen_claim(diffs, spread, env))
     for env in envs:
-        rows.append(table2_claim([r for r in runs if r.env == env], env))
+        rows.append(table2_claim([r for r in [*runs, *branches] if r.env == env], env))
     present = {r.method for r in runs}
     for method in ("agent_data", *(m for m in EXPLORERS if m in present)):
         for env in envs:

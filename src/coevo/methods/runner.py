@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
@@ -25,6 +25,7 @@ from coevo.config import ConfigError, merge, to_dict, upgrade
 from coevo.envs.base import make
 from coevo.envs.pool import EnvPool
 from coevo.envs.workers import RayEnvPool
+from coevo.methods.grpo import TRAINER_DIR, intervals
 from coevo.methods.plan import Scope, announce, pending
 from coevo.methods.preflight import check_recipe
 from coevo.methods.registry import OPTIONAL, method
@@ -32,9 +33,15 @@ from coevo.run.console import console
 from coevo.run.context import Run
 from coevo.run.estimate import Planned, time_left
 from coevo.run.lock import lock_run_dir
-from coevo.run.pipeline import Pipeline, RunDirError, result_settings, write_atomic
+from coevo.run.pipeline import (
+    Pipeline,
+    RunDirError,
+    Stopped,
+    continues,
+    result_settings,
+    write_atomic,
+)
 from coevo.run.processes import start
-from coevo.methods.grpo import TRAINER_DIR, intervals
 from coevo.run.recipe import GRPO_METHODS, RunConfig
 from coevo.store import Store, StoreError
 from coevo.train.loop import CHECKPOINTS, incomplete, is_weights_only
@@ -74,8 +81,11 @@ def recorded(config: RunConfig) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k not in dropped}
 
 
-def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
-    """Run (or finish) `config` in `out`; returns the run directory."""
+def execute(
+    config: RunConfig, out: str | Path, *, quiet: bool = False, until: Sequence[str] = ()
+) -> Path:
+    """Run (or finish) `config` in `out`; returns the run directory. `until`: stages of the
+    run after which it stops, once all are finished (a rerun without it goes on from there)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise RunDirError(
@@ -127,9 +137,18 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
         pool = env_pool(config)
         try:
             run = Run(config, pipeline, store, pool, processes)
+            if until:
+                pipeline.until = stop_after(run, chosen.plan, until)
             if processes.main and not quiet:
                 say_plan(run, chosen.plan)
-            chosen.loop(run)
+            try:
+                chosen.loop(run)
+            except Stopped:
+                if processes.main and not quiet:
+                    console.print(
+                        escape(f"{pipeline.name}: stopped after {', '.join(until)}, as asked"),
+                        soft_wrap=True,
+                    )
         except StoreError as exc:  # damage found mid-run: the same sentence, not a traceback
             raise RunDirError(str(exc)) from None
         finally:
@@ -137,6 +156,21 @@ def execute(config: RunConfig, out: str | Path, *, quiet: bool = False) -> Path:
             store.close()
     processes.end()
     return out
+
+
+def stop_after(
+    run: Run, plan: Callable[[Scope], list[Planned]], until: Sequence[str]
+) -> tuple[str, ...]:
+    """`until`, checked against the run's stages: a name that is not one is refused, with
+    the stages it has (a misspelt one would let the run go on to its end)."""
+    stages = [p.name for p in plan(Scope(run))]
+    unknown = [name for name in until if name not in stages]
+    if unknown:
+        raise ConfigError(
+            f"until: {', '.join(unknown)} is not a stage of this run; its stages: "
+            f"{', '.join(stages)}."
+        )
+    return tuple(until)
 
 
 def say_plan(run: Run, plan: Callable[[Scope], list[Planned]]) -> None:
@@ -165,14 +199,22 @@ def env_pool(config: RunConfig) -> EnvPool | RayEnvPool:
 
 def adoptable(source: Path, config: RunConfig) -> tuple[list[str], list[str]]:
     """(the shared settings in which run `source` differs from `config`, the stages `config`'s
-    run would adopt from it). Only a source's finished stages are adopted (`adopt`)."""
+    run would adopt from it). Only a source's finished stages are adopted (`adopt`); all of
+    them when `config` is the source's recipe or extends it (more iterations or RFT rounds:
+    a branch that goes on from it, the source left as it is), for a method outside GRPO."""
     source_config = source / "config.yaml"
     if not source_config.is_file():
         raise ConfigError(f"init_from: {str(source)!r} is not a run directory (no config.yaml).")
     # A key that an earlier coevo did not write has its default (as when a run resumes).
-    theirs = merge(
-        to_dict(RunConfig()), upgrade(yaml.safe_load(source_config.read_text()), RunConfig)
-    )
+    saved = upgrade(yaml.safe_load(source_config.read_text()), RunConfig)
+    defaults = to_dict(RunConfig())
+    if config.method not in GRPO_METHODS and continues(
+        saved, recorded(config), extending(config), defaults
+    ):
+        # A branch: the same recipe, or one that extends it; every finished stage is shared.
+        done = sorted(p.parent.name for p in (source / "stages").glob("*/manifest.json"))
+        return [], done
+    theirs = merge(defaults, saved)
     ours = to_dict(config)
 
     def alike(section: str) -> bool:  # settings that change only time and memory aside

@@ -100,6 +100,9 @@ class Pipeline:
         self.finished: Callable[[str], None] | None = None
         """Called with a stage's name once it ran and its manifest is written (not when it is
         skipped); the runner says there how much time the run has left."""
+        self.until: tuple[str, ...] = ()
+        """Stages after which the run stops: once all are finished, the next stage to run
+        raises `Stopped` instead (`coevo run --until`); set by the runner."""
         self._warned: set[str] = set()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         stamp = self.run_dir / "run.json"
@@ -199,6 +202,8 @@ class Pipeline:
             self.say(name, f"adopted from {source}" if source else "done before, skipped")
             self._clear_scratch(name)
             return finished["outputs"]
+        if self.until and all(self.done(stage) for stage in self.until):
+            raise Stopped(self.until)
         self.say(name, style="bold")
         with Attempts(self.stage_dir(name) / ATTEMPTS) as attempts:
             outputs = fn(self.stage_dir(name)) or {}
@@ -230,6 +235,10 @@ class Pipeline:
 
 
 ATTEMPTS = "attempts.json"
+
+
+class Stopped(Exception):
+    """The stages a run was to stop after (`Pipeline.until`) are finished."""
 
 
 class Attempts:
@@ -322,6 +331,17 @@ def recipe_changes(
             continue
         differ.append(f"{key} ({_show(before)} -> {_show(after)})")
     return grown, differ
+
+
+def continues(
+    saved: dict[str, Any], new: dict[str, Any], extends: tuple[str, ...], defaults: dict[str, Any]
+) -> bool:
+    """Whether recipe `new` is `saved`, or `saved` grown only in `extends` keys, row label and
+    start aside (`name`, `init_from`): a run of it would go on from a run of `saved`.
+    `defaults` is nested, as the recipes are."""
+    label = dict.fromkeys(("name", "init_from"))
+    _, differ = recipe_changes({**saved, **label}, {**new, **label}, extends, _flat(defaults))
+    return not differ
 
 
 _MISSING = object()
