@@ -285,7 +285,8 @@ def _manifest(stage_dir: Path) -> dict[str, Any] | None:
 def adopt(source: Path, config: RunConfig, pipeline: Pipeline, store: Store) -> None:
     """Start from `source`'s shared stages: link their files and copy their stored rows (and
     the target's first exploration, where both runs explore with the same settings; and the
-    GRPO intervals both play alike, with the trainer's folder at the last one's end)."""
+    GRPO intervals both play alike, with the trainer's folder at the last one's end). A DPO
+    stage's pairs stay in the source's store: nothing after the stage reads them."""
     differ, stages = adoptable(source, config)
     if differ:
         raise ConfigError(
