@@ -82,7 +82,10 @@ def test_guided_walks_replay_a_prefix_then_vary_its_next_action(name, request):
 
 def test_guided_choices_follow_the_pattern_weights(sql_env):
     task = sql_env.tasks("train")[0]
-    only_show = walk(sql_env, task, random.Random(0), weight=lambda p: float(p == "SHOW"))
+    weighted = Plan(weighted=True)
+    only_show = walk(
+        sql_env, task, random.Random(0), plan=weighted, weight=lambda p: float(p == "SHOW")
+    )
     assert {parse(r).action for r in only_show.agent_texts} == {"SHOW TABLES"}
 
     # A rare signal's pattern is weighted up RARE_BOOST (4) times: SHOW TABLES against the
@@ -98,7 +101,7 @@ def test_guided_choices_follow_the_pattern_weights(sql_env):
     def schema_only(p: str) -> float:
         return float(p in ("SHOW", "DESC"))
 
-    assert share_of_show(Plan(boost="SHOW")) > 2 * share_of_show(Plan())
+    assert share_of_show(Plan(weighted=True, boost="SHOW")) > 2 * share_of_show(weighted)
 
 
 def test_rarity_weighs_a_pattern_by_the_share_of_trajectories_that_used_it():
@@ -170,3 +173,30 @@ def test_sql_offers_submit_only_after_three_steps_and_a_result(sql_env):
     assert submit not in valid_actions(sql_env)
     sql_env.step("Action: submit")
     assert valid_actions(sql_env) == []  # the episode is over
+
+
+def test_guided_walks_end_as_often_as_random_ones_whatever_the_weights(shop):
+    """Every rollout of a round buys, so rarity weighs the purchase down: without its uniform
+    share a guided walk would seldom end in one, and only a purchase makes a shop task."""
+    from coevo.methods.agent_data.walk import ending_patterns
+
+    pattern = action_pattern(shop)
+    tasks = shop.tasks("train")[:20]
+    experts = [expert_trajectory(shop, task) for task in tasks]
+    ending = ending_patterns(experts, pattern)
+    assert ending == {pattern("click[buy now]")}
+    weight = rarity(experts, pattern)
+    assert weight(pattern("click[buy now]")) == pytest.approx(0.1)
+
+    def bought(**how) -> list[bool]:
+        played = [walk(shop, t, random.Random(i), **how) for i, t in enumerate(tasks)]
+        return [t.terminated for t in played]
+
+    # A plan that is not a rare signal's walks uniformly, as the random explorer does.
+    assert bought(weight=weight) == bought()
+    rare = Plan(weighted=True)
+    kept, weighed_down = (
+        bought(weight=weight, ending=ending, plan=rare),
+        bought(weight=weight, plan=rare),
+    )
+    assert sum(kept) > sum(weighed_down)

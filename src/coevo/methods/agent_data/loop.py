@@ -42,7 +42,7 @@ from coevo.methods.agent_data.signals import KINDS, Found, Signal, rare_can_fire
 from coevo.methods.agent_data.summary import batch_share, describe_round
 from coevo.methods.agent_data.synthesize import synthesize
 from coevo.methods.agent_data.verify import verify
-from coevo.methods.agent_data.walk import plan_round, rarity, walks
+from coevo.methods.agent_data.walk import ending_patterns, plan_round, rarity, walks
 from coevo.methods.grpo import grpo_stage, interval_ends
 from coevo.policy.base import Policy
 from coevo.run.console import console
@@ -404,12 +404,13 @@ def _walks(
     guided = ad.explorer.kind == "guided"
     chosen = pick(found, ad.explorations) if guided else []
     seeds, plans = plan_round(env, chosen, played, train, ad.explorations, seed, interval)
-    weight = None
+    weight, ending = None, frozenset[str]()
     if guided:
         episodes = [r.trajectory for step in steps for r in played.get(step, [])]
         weight = rarity(episodes, action_pattern(env))
+        ending = ending_patterns(episodes, action_pattern(env))
 
     def play() -> list[Trajectory]:
-        return walks(env, seeds, plans, seed=seed, weight=weight)
+        return walks(env, seeds, plans, seed=seed, weight=weight, ending=ending)
 
     return seeds, [p.context for p in plans], play

@@ -13,9 +13,15 @@
     the next action: same action pattern, other parameters (practise the same operation);
   - rare: replay the attempt up to where it took the rare action, then walk with that pattern
     weighted up `RARE_BOOST` times.
-  Every step after the prefix weights each valid action by how rarely the round's rollouts
-  used its pattern (`rarity`). A round with fewer signals than explorations fills the rest
-  with random starts, so every kind plays the same number of explorations.
+  After the prefix (and the varied action) a walk goes on uniformly, but for a rare signal's:
+  there every step weights each valid action by how rarely the round's rollouts used its
+  pattern (`rarity`), except an action that ends episodes (shop's purchase, sql's submit:
+  `ending_patterns`), which keeps the share a uniform choice gives it: that action turns a
+  walk into a task. (Weighing every guided step by rarity, as the first version did, steered
+  shop's walks away from products and purchases, the patterns every rollout uses: 0
+  candidates of 8 walks at shop seed 3, where the random walks bought once.)
+  A round with fewer signals than explorations fills the rest with random starts, so every
+  kind plays the same number of explorations.
 The env turns the walks into candidate tasks as it does an LLM's explorations.
 """
 
@@ -56,8 +62,10 @@ class Plan:
     """The first action after the prefix has this pattern (forgetting)..."""
     avoid: str | None = None
     """...and is not this action, the one the attempt took there, when another one is valid."""
+    weighted: bool = False
+    """Choose each action after the prefix by its pattern's rarity (rare); else uniformly."""
     boost: str | None = None
-    """This pattern is weighted up RARE_BOOST times (rare)."""
+    """This pattern is weighted up RARE_BOOST times more (rare)."""
     context: str | None = None
     """What the plan is, in words: the exploration's context (its provenance)."""
 
@@ -69,6 +77,16 @@ def rarity(
     counts = Counter(p for t in trajectories for p in set(patterns(t, pattern)))
     n = max(1, len(trajectories))
     return lambda p: 1.0 / (1.0 + RARITY * counts[p] / n)
+
+
+def ending_patterns(
+    trajectories: Sequence[Trajectory], pattern: Callable[[str], str]
+) -> frozenset[str]:
+    """The patterns of the actions that ended `trajectories` (those the env ended, not their
+    step budget)."""
+    return frozenset(
+        pattern(actions[-1]) for t in trajectories if t.terminated and (actions := _actions(t))
+    )
 
 
 def plan_round(
@@ -125,7 +143,7 @@ def plan(
         actions = _actions(attempts[0])
         cut = next((i for i, a in enumerate(actions) if pattern(a) == rare), 0)
         context = f"replay up to {cut} actions of an attempt, then try '{rare}' and rare actions"
-        return Plan(tuple(actions[:cut]), boost=rare, context=context)
+        return Plan(tuple(actions[:cut]), weighted=True, boost=rare, context=context)
     if kind == "forgetting":
         actions = _actions(before or attempts[0])
         cut = rng.randrange(len(actions)) if actions else 0
@@ -155,14 +173,16 @@ def walks(
     *,
     seed: int,
     weight: Callable[[str], float] | None = None,
+    ending: frozenset[str] = frozenset(),
 ) -> list[Trajectory]:
     """One walk per seed from its task's start under an exploration instruction (uniform
-    choices without `weight`: `random`; weighted with the plans: `guided`)."""
+    choices without `weight`: `random`; with it, `guided`: each plan's prefix and branch, then
+    its weighted or uniform choices, the `ending` patterns at their uniform share)."""
     out = []
     for i, (s, p) in enumerate(zip(seeds, plans, strict=True)):
         task = exploration_task(env, s.task, instruction(p.context), s.key)
         rng = random.Random(derive(seed, "walk", i))
-        out.append(walk(env, task, rng, plan=p, weight=weight))
+        out.append(walk(env, task, rng, plan=p, weight=weight, ending=ending))
     return out
 
 
@@ -173,9 +193,13 @@ def walk(
     *,
     plan: Plan = Plan(),
     weight: Callable[[str], float] | None = None,
+    ending: frozenset[str] = frozenset(),
 ) -> Trajectory:
     """One episode: the plan's prefix replayed, then a valid action per step, chosen uniformly
-    (no `weight`) or by the weight of its pattern, until the episode ends."""
+    or, where the plan is `weighted`, by the weight of its pattern, until the episode ends.
+    There an action of an `ending` pattern is weighted as the mean of the others: it is chosen
+    as often as a uniform choice would choose it, whatever the weights. `weight` None: the
+    `random` explorer (the plan has neither prefix nor branch)."""
     replayed = _clean_prefix(env, task, plan.prefix)
     pattern = action_pattern(env)
 
@@ -183,7 +207,7 @@ def walk(
         nonlocal plan
         yield from (format_reply(REPLAYED, a) for a in plan.prefix[:replayed])
         while options := valid_actions(env):
-            yield _choose(options, rng, pattern, weight, plan)
+            yield _choose(options, rng, pattern, weight, plan, ending)
             plan = replace(plan, vary=None, avoid=None)  # only the branching action varies
 
     errors: list[bool] = []  # none in an env whose list is exact
@@ -218,6 +242,7 @@ def _choose(
     pattern: Callable[[str], str],
     weight: Callable[[str], float] | None,
     plan: Plan,
+    ending: frozenset[str] = frozenset(),
 ) -> str:
     if weight is None:
         return rng.choice(options)
@@ -227,7 +252,13 @@ def _choose(
         varied = [o for o in same if parse(o).action != plan.avoid] or same
         if varied:
             return rng.choice(varied)
+    if not plan.weighted:
+        return rng.choice(options)
     weights = [weight(k) * (RARE_BOOST if k == plan.boost else 1.0) for k in kinds]
+    others = [w for w, k in zip(weights, kinds, strict=True) if k not in ending]
+    if others and len(others) < len(weights):
+        mean = sum(others) / len(others)
+        weights = [mean if k in ending else w for w, k in zip(weights, kinds, strict=True)]
     if not sum(weights) > 0:  # every valid action weighted out: any of them
         return rng.choice(options)
     return rng.choices(options, weights=weights)[0]
