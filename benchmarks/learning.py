@@ -243,7 +243,8 @@ def start_from(run_dir: Path, sft_dir: Path, config: RunConfig) -> Path:
     """The run `run_dir` adopts its start from: the one it was made with; for a new run, a
     sibling (same env and seed) from which it would adopt more than the SFT start, finished
     (the target's first exploration, for ETO and the failure-agent methods:
-    `coevo.methods.runner.FIRST_EXPLORATION`); else the SFT run."""
+    `coevo.methods.runner.FIRST_EXPLORATION`; the GRPO intervals before the first round, for
+    agent_data: `coevo.methods.runner.grpo_prefix`); else the SFT run."""
     saved = run_dir / "config.yaml"
     if saved.is_file():
         return Path((yaml.safe_load(saved.read_text()) or {}).get("init_from") or sft_dir)
