@@ -322,7 +322,7 @@ def test_eto_takes_the_first_target_exploration_from_a_failure_agent_run(failure
         assert not (run / "stages/explore-1-target").exists()
 
 
-def test_a_branch_takes_every_finished_stage_and_stops_where_asked(failure_run, tmp_path):
+def test_a_branch_takes_every_finished_stage_and_stops_where_asked(failure_run, tmp_path, capsys):
     """init_from a run of the same recipe with one more iteration: every finished stage of it
     is adopted, the source is left as it was, and the branch stops after the stages given."""
     before = manifest_times(failure_run)
@@ -330,7 +330,12 @@ def test_a_branch_takes_every_finished_stage_and_stops_where_asked(failure_run, 
     config = recipe(method="failure_agent", iterations=3, init_from=str(failure_run))
     with pytest.raises(ConfigError, match=r"until: explore-9-target is not a stage of this run"):
         execute(config, tmp_path / "misspelt", quiet=True, until=("explore-9-target",))
-    branch = execute(config, tmp_path / "branch", quiet=True, until=explored)
+    capsys.readouterr()
+    branch = execute(config, tmp_path / "branch", until=explored)
+    err = capsys.readouterr().err
+    # The plan and the time left count only the stages up to those.
+    assert f"{branch}: plan (failure_agent): 2 stages to run" in err and "dpo-3" not in err
+    assert f"{branch}: stopped after explore-3-target, explore-3-failure, as asked" in err
     assert manifest_times(failure_run) == before
     times = manifest_times(branch)
     assert set(times) == {*before, *explored}  # stopped before DPO 3

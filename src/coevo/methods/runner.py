@@ -140,7 +140,7 @@ def execute(
             if until:
                 pipeline.until = stop_after(run, chosen.plan, until)
             if processes.main and not quiet:
-                say_plan(run, chosen.plan)
+                say_plan(run, partial(up_to, chosen.plan, pipeline.until))
             try:
                 chosen.loop(run)
             except Stopped:
@@ -171,6 +171,17 @@ def stop_after(
             f"{', '.join(stages)}."
         )
     return tuple(until)
+
+
+def up_to(
+    plan: Callable[[Scope], list[Planned]], until: tuple[str, ...], scope: Scope
+) -> list[Planned]:
+    """`plan`'s stages, up to the last of `until` (all of them without it)."""
+    planned = plan(scope)
+    if not until:
+        return planned
+    last = max(i for i, p in enumerate(planned) if p.name in until)
+    return planned[: last + 1]
 
 
 def say_plan(run: Run, plan: Callable[[Scope], list[Planned]]) -> None:
