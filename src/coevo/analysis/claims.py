@@ -244,7 +244,7 @@ def table2_claim(runs: list[RunSummary], env: str) -> dict[str, Any]:
         common = [i for i in its if i >= 2 and i in eto.get(seed, {})]
         if common:
             i = max(common)
-            after.append((seed, i, its[i][0] - eto[seed][i][0]))
+            after.append((seed, i, its[i][0], eto[seed][i][0]))
     row = missing(claim, env, "no archived exploration after a DPO (iteration 2 on) of both")
     row["evidence"] = context or "-"
     share = statistics.fmean(x[0] for _, f, e in first for x in (f, e)) if first else 0.0
@@ -257,12 +257,16 @@ def table2_claim(runs: list[RunSummary], env: str) -> dict[str, Any]:
         row.update(power(math.sqrt(2 * share * (1 - share)), spread, episodes, seeds))
     if not after:
         return row
-    gaps = [g for _, _, g in after]
+    gaps = [f - e for _, _, f, e in after]
     interval = stats.seed_interval(gaps)
     mean = statistics.fmean(gaps)
     row["evidence"] = (
-        "failure agent minus ETO's agent: "
-        + ", ".join(f"s{seed} iteration {i} {g * 100:+.1f}" for seed, i, g in after)
+        (f"{context}; " if context else "")
+        + "; ".join(
+            f"s{seed} iteration {i} (after DPO): failure agent {f * 100:.1f}%, ETO's agent "
+            f"{e * 100:.1f}% ({(f - e) * 100:+.1f})"
+            for seed, i, f, e in after
+        )
         + (
             ""
             if interval is None
