@@ -95,10 +95,11 @@ def test_table_2_after_a_dpo(tmp_path):
     assert row["verdict"] == SHOWN
     assert row["evidence"].endswith("; seeds [+16.2, +30.5]")
     assert row["evidence"].startswith("s1 iteration 1 (before any DPO): failure agent 25.0%")
-    assert (
-        "s1 iteration 2 (after DPO): failure agent 40.0%, ETO's agent 20.0% (+20.0)"
-        in (row["evidence"])
-    )
+    evidence = row["evidence"]
+    assert "s1 iteration 2 (after DPO): failure agent 40.0%, ETO's agent 20.0% (+20.0)" in evidence
+    # Episode level: 26 + 32 + 29 of 192 hard negatives against 13 + 16 + 13.
+    assert "; pooled 87 / 192 against 42 / 192 episodes, Fisher p < 0.001; " in evidence
+    assert row["why"] == "a gain at both levels"
     # First explorations: p = 0.25, 64 episodes per agent, no spread over seeds: sd of a
     # difference of two indicators sqrt(2 * 0.25 * 0.75) = 0.612372, over sqrt(64 * 3):
     # 0.044194; times 2.8016 = 0.123814, times 5.3634 (t, df 2) = 0.237029.

@@ -11,6 +11,7 @@ from coevo.analysis.stats import (
     TASKS_UP,
     counts,
     detectable,
+    fisher_exact,
     pooled_sd,
     seed_interval,
     sign_flip_test,
@@ -152,3 +153,16 @@ def test_split_test_shuffles_tasks_between_the_sets_within_each_seed():
     first, second = [t(1, 2), t(11, 12)], [t(3, 4), t(13, 14)]
     assert split_test(first, second, draws=100_000) == pytest.approx(1 / 18, abs=0.003)
     assert split_test(first, second) == split_test(first, second)  # a fixed seed
+
+
+def test_fisher_exact_by_hand():
+    # 3 of 4 against 0 of 4: the tables with 3 successes in all have chances 4, 24, 24, 4 (of
+    # 56) for 0..3 in the first group; the two of chance 4 are as unlikely as the observed one.
+    assert fisher_exact(3, 4, 0, 4) == pytest.approx(8 / 56)
+    assert fisher_exact(0, 4, 3, 4) == pytest.approx(8 / 56)
+    # 5 of 5 against 0 of 5: 1 / C(10, 5) each way.
+    assert fisher_exact(5, 5, 0, 5) == pytest.approx(2 / 252)
+    assert fisher_exact(2, 4, 2, 4) == pytest.approx(1.0)
+    assert fisher_exact(0, 3, 0, 5) == 1.0
+    with pytest.raises(ValueError, match="out of range"):
+        fisher_exact(5, 4, 0, 4)

@@ -8,8 +8,10 @@ The claims, and what each asks of the runs (`paired` differences on the same tas
   The two splits hold different tasks, so the task-level test is `stats.split_test` (labels
   shuffled within each seed); the seed-level one a t interval over the per-seed gaps.
 - Table 2's hard-negative shift: after a DPO (iteration 2 on), the failure agent's
-  explorations hold a larger share of hard negatives than ETO's agent's. The runs keep shares,
-  not episodes: only the seed-level interval over the per-seed gaps tests it.
+  explorations hold a larger share of hard negatives than ETO's agent's. The runs keep shares
+  and episode counts, not episodes: the episode level is Fisher's exact test of the two
+  agents' hard negatives pooled over seeds, the seed level the t interval over the per-seed
+  gaps.
 - agent_data >= grpo + 5: agent_data - grpo a gain, of at least 5 points; a row for each of
   the explorer variants archived too (`EXPLORERS`: agent_data_guided, agent_data_random).
 - signal feedback > random exploration: agent_data_guided - agent_data_random a gain (where
@@ -239,12 +241,12 @@ def table2_claim(runs: list[RunSummary], env: str) -> dict[str, Any]:
         f"{e[0] * 100:.1f}%"
         for seed, f, e in first
     )
-    after = []
+    after = []  # (seed, iteration, failure agent's (share, episodes), ETO agent's)
     for seed, its in sorted(failure.items()):
         common = [i for i in its if i >= 2 and i in eto.get(seed, {})]
         if common:
             i = max(common)
-            after.append((seed, i, its[i][0], eto[seed][i][0]))
+            after.append((seed, i, its[i], eto[seed][i]))
     row = missing(claim, env, "no archived exploration after a DPO (iteration 2 on) of both")
     row["evidence"] = context or "-"
     share = statistics.fmean(x[0] for _, f, e in first for x in (f, e)) if first else 0.0
@@ -257,28 +259,30 @@ def table2_claim(runs: list[RunSummary], env: str) -> dict[str, Any]:
         row.update(power(math.sqrt(2 * share * (1 - share)), spread, episodes, seeds))
     if not after:
         return row
-    gaps = [f - e for _, _, f, e in after]
+    gaps = [f[0] - e[0] for _, _, f, e in after]
     interval = stats.seed_interval(gaps)
-    mean = statistics.fmean(gaps)
+    # Pooled over seeds: hard-negative episodes of each agent, from its shares and counts.
+    sides = ([f for _, _, f, _ in after], [e for _, _, _, e in after])
+    hard = [sum(round(share * n) for share, n in side) for side in sides]
+    episodes = [sum(n for _, n in side) for side in sides]
+    p = stats.fisher_exact(hard[0], episodes[0], hard[1], episodes[1])
     row["evidence"] = (
         (f"{context}; " if context else "")
         + "; ".join(
-            f"s{seed} iteration {i} (after DPO): failure agent {f * 100:.1f}%, ETO's agent "
-            f"{e * 100:.1f}% ({(f - e) * 100:+.1f})"
+            f"s{seed} iteration {i} (after DPO): failure agent {f[0] * 100:.1f}%, ETO's agent "
+            f"{e[0] * 100:.1f}% ({(f[0] - e[0]) * 100:+.1f})"
             for seed, i, f, e in after
         )
+        + f"; pooled {hard[0]} / {episodes[0]} against {hard[1]} / {episodes[1]} episodes, "
+        + f"Fisher p {'< 0.001' if p < 0.001 else f'{p:.3f}'}"
         + (
             ""
             if interval is None
             else f"; seeds [{interval[0] * 100:+.1f}, {interval[1] * 100:+.1f}]"
         )
     )
-    if interval is None:
-        row["verdict"], row["why"] = UNTESTABLE, few_seeds(len(gaps))
-    elif interval[0] > 0 and mean > 0:
-        row["verdict"], row["why"] = SHOWN, "seed-level interval above 0 (no task-level test)"
-    else:
-        row["verdict"], row["why"] = NOT_SHOWN, "seed-level interval reaches 0"
+    mean = statistics.fmean(gaps)
+    row["verdict"], row["why"] = decide(stats.verdict(mean, p, interval), p, len(gaps))
     return row
 
 

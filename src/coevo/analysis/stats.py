@@ -12,9 +12,10 @@ run's (same env, same seed). Two levels of evidence are asked for, as a reviewer
 - Seeds: a 95% t interval over the per-seed mean differences (3+ seeds), as seed-to-seed
   spread can be larger than the task-to-task one.
 
-Beside them: the smallest difference a grid of tasks x seeds could detect (`detectable`), and
-a permutation test of two different task sets (`split_test`: is the gain on test_unseen
-larger than on test_seen).
+Beside them: the smallest difference a grid of tasks x seeds could detect (`detectable`), a
+permutation test of two different task sets (`split_test`: is the gain on test_unseen
+larger than on test_seen), and Fisher's exact test of two shares (`fisher_exact`: Table 2's
+hard negatives, whose episodes the archives keep as counts, not one by one).
 """
 
 from __future__ import annotations
@@ -128,6 +129,22 @@ def _t_quantile(df: int, table: tuple[float, ...], z: float) -> float:
         + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
         + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
     )
+
+
+def fisher_exact(a: int, n1: int, b: int, n2: int) -> float:
+    """Two-sided exact p that `a` of `n1` and `b` of `n2` come from one share: the sum of the
+    hypergeometric probabilities of the tables with the same margins that are no more likely
+    than the observed one (Fisher's exact test)."""
+    if not (0 <= a <= n1 and 0 <= b <= n2):
+        raise ValueError(f"counts out of range: {a} of {n1}, {b} of {n2}")
+    k, total = a + b, n1 + n2
+
+    def chance(x: int) -> float:
+        return math.comb(n1, x) * math.comb(n2, k - x) / math.comb(total, k)
+
+    observed = chance(a)
+    tables = range(max(0, k - n2), min(k, n1) + 1)
+    return min(1.0, sum(q for x in tables if (q := chance(x)) <= observed * (1 + 1e-7)))
 
 
 def seed_interval(seed_means: list[float]) -> tuple[float, float] | None:
