@@ -113,18 +113,18 @@ def grid(seeds: Sequence[torch.Tensor]) -> tuple[float, int]:
     return statistics.fmean(len(s) for s in seeds), len(seeds)
 
 
-def decide(verdict: str, p: float, seeds: int) -> tuple[str, str]:
-    """A claim's verdict and why, from the `stats.verdict` of its test, its task-level p and
-    its number of seeds."""
+def decide(verdict: str, p: float, seeds: int, level: str = "task") -> tuple[str, str]:
+    """A claim's verdict and why, from the `stats.verdict` of its test, the p of its first
+    `level` (tasks; Table 2's episodes) and its number of seeds."""
     few = "" if seeds >= stats.MIN_SEEDS else f"; {few_seeds(seeds)}"
     if verdict == stats.GAIN:
         return SHOWN, "a gain at both levels"
     if verdict == stats.TASKS_UP:
-        return UNTESTABLE, f"up at task level (p {p:.3f}){few}"
+        return UNTESTABLE, f"up at {level} level (p {p:.3f}){few}"
     if verdict in (stats.LOSS, stats.TASKS_DOWN):
-        return NOT_SHOWN, f"the other way: {verdict}"
+        return NOT_SHOWN, f"the other way: {verdict.replace('task', level)}"
     if p >= stats.ALPHA:
-        return NOT_SHOWN, f"task level p {p:.3f}{few}"
+        return NOT_SHOWN, f"{level} level p {p:.3f}{few}"
     return NOT_SHOWN, "the seed-level interval reaches 0"
 
 
@@ -282,7 +282,9 @@ def table2_claim(runs: list[RunSummary], env: str) -> dict[str, Any]:
         )
     )
     mean = statistics.fmean(gaps)
-    row["verdict"], row["why"] = decide(stats.verdict(mean, p, interval), p, len(gaps))
+    row["verdict"], row["why"] = decide(
+        stats.verdict(mean, p, interval), p, len(gaps), level="episode"
+    )
     return row
 
 
