@@ -269,6 +269,15 @@ def further(run_dir: Path, kept: Path) -> Path | None:
     return max(found, key=finished_stages) if found else None
 
 
+def archived(args: argparse.Namespace, run_dir: Path, kept: Path) -> Path | None:
+    """The grid cell to tabulate (`further`), archived to `kept` first where the run got
+    further than its archive (unless --no-write); None if neither exists."""
+    found = further(run_dir, kept)
+    if found is not None and found != kept and not args.no_write:
+        archive(found, kept)
+    return found
+
+
 def matched_steps(run_dir: Path | None) -> int:
     """The DPO optimizer steps the failure_agent run `run_dir` (a run or its archive) gave its
     target, per DPO stage: from its `dpo-<i>-target` manifests, their mean rounded up where
@@ -322,11 +331,9 @@ def run_table2(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
                 kept = args.archive / env / TABLE2 / source.name
                 if args.table2 and not args.report_only:
                     branch(args, env, method, seed, source, run_dir, agents)
-                found = further(run_dir, kept)
+                found = archived(args, run_dir, kept)
                 if found is None:
                     continue
-                if found != kept and not args.no_write:
-                    archive(found, kept)
                 total = sum(stage_minutes(found).values())
                 timings.append(f"| {env} | {method} ({TABLE2}) | {seed} | {total:.1f} |")
                 dirs.append(found)
@@ -374,11 +381,9 @@ def run_grid(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
                         source = start_from(run_dir, sft_dir, config)
                         config = replace(config, init_from=str(source))
                     execute(config, run_dir)
-                run_dir = further(run_dir, kept)
+                run_dir = archived(args, run_dir, kept)
                 if run_dir is None:
                     continue  # not started yet
-                if run_dir != kept and not args.no_write:
-                    archive(run_dir, kept)
                 minutes = stage_minutes(run_dir)
                 total = sum(minutes.values())
                 kinds = " | ".join(f"{minutes.get(k, 0.0):.1f}" for k in STAGE_KINDS)
