@@ -68,7 +68,7 @@ CACHE=$TMPROOT/gpu-cache               # COEVO_CACHE of the benchmarks: models/s
 TEST_CACHE=$TMPROOT/gpu-cache-tests    # COEVO_CACHE of the tests: no pretrained model in it
 MACHINE=$OUT/machine.txt
 
-ROLLOUT_ARGS=${ROLLOUT_ARGS:---tasks 64 --batch-size 64 --max-new-tokens 48 --skip-sequential --breakdown}
+ROLLOUT_ARGS=${ROLLOUT_ARGS:---tasks 64 --batch-size 64 --max-new-tokens 48 --skip-sequential --breakdown --again}
 MODEL_ARGS=${MODEL_ARGS:---examples 128 --batch-size 16}
 DPO_ARGS=${DPO_ARGS:---pairs 64}
 GRPO_ARGS=${GRPO_ARGS:---prompts 16 --samples 8 --micro-batch 16}

@@ -282,3 +282,19 @@ def test_dpo_speed_compiles_ours_only(bench, monkeypatch, tmp_path):
         dpo.child(which, tmp_path, args, "on", "speed")
     assert ["--compile" in extra for extra in calls] == [True, True, False]
     assert not dpo.parse_args([]).compile
+
+
+def test_again_times_the_same_lockstep_rollout_twice(bench, monkeypatch, capsys, one_thread):
+    """The second run plays what the first did (same tasks, seeds and steps): on cuda with
+    decode=graphs it is the rate once the captures exist, the first holds their compiling."""
+    rollout = bench("rollout_speed")
+    argv = ["rollout_speed.py", "--tasks", "2", "--batch-size", "2", "--max-new-tokens", "4"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--skip-sequential", "--again", "--no-write"])
+    rollout.main()
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()]
+    lockstep = [row for row in rows if row[0].startswith("| lockstep")]
+    assert [row[0] for row in lockstep] == ["| lockstep (rollout)", "| lockstep (rollout), again"]
+    first, again = lockstep
+    same = [3, 5, 6]  # env steps, tokens run, mean reward (not seconds, nor rates)
+    assert [first[i] for i in same] == [again[i] for i in same]
+    assert int(first[3]) > 0

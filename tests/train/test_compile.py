@@ -63,11 +63,15 @@ def test_sft_with_compiled_layers_learns_what_it_learns_eager(tmp_path, sft_data
     )
     assert losses(compiled.history) == pytest.approx(losses(eager.history), rel=1e-5)
     # Packed rows of other lengths add no compilation (a batch of fewer sequences would add
-    # one: the count of sequences is part of the packed row's layout).
+    # one: the count of sequences is part of the packed row's layout). How many frames the
+    # first run compiles depends on torch (4 on 2.13, 7 on the GPU image's 2.11: restarts and
+    # automatic dynamic shapes), never on the batches: fewer than the steps it trained.
     compiled_once = compiles.frame_count
+    steps = sum("loss" in r for r in compiled.history)
+    assert 1 <= compiled_once < steps
     again = sft_data[::-1]
     sft(tiny_llama(seed=3), again, tmp_path / "again", device=EXACT, compute={"compile": True})
-    assert compiles.frame_count == compiled_once <= 4
+    assert compiles.frame_count == compiled_once
 
 
 def test_compiled_layers_are_in_place_only_while_log_probs_are_computed(compiles):
