@@ -20,9 +20,10 @@ results with the commit.
 `--device cuda` runs the GPU grid: the papers' sizes (`--sizes paper`: the recipes as they are,
 i.e. every train task and 3 iterations, with 200 test tasks per split) on the GPU, DPO's layers
 compiled (`dpo.compute.compile=true`), seeds 0-9 by default, in runs/learning-cuda; its tables
-go to benchmarks/results/learning-cuda.md and its archives to benchmarks/results/learning-runs-cuda/, never mixed with the CPU grid's. Each run is
-archived as soon as it finishes, so a grid spread over several machines (or cut off) loses only
-the run in progress: rerun the same command with the archive in place and it goes on.
+go to benchmarks/results/learning-cuda.md and its archives to
+benchmarks/results/learning-runs-cuda/, never mixed with the CPU grid's. Each run is archived as
+soon as it finishes, so a grid spread over several machines (or cut off) loses only the run in
+progress: rerun the same command with the archive in place and it goes on.
 
 Each (env, seed) first runs SFT; every other method (RFT, ETO, failure-agent, GRPO, agent_data)
 starts from that SFT policy
