@@ -73,7 +73,6 @@ results/dpo_speed-cuda.md, in the same sections (CPU runs keep results/dpo_speed
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import os
@@ -85,7 +84,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from machine import DEVICES, check_device, describe, gpu_name, results_file
-from measure import Ops, clock, measure, run_child
+from measure import Ops, clock, measure, run_child, trainer_call, warm_up
 
 ITEM = re.compile(r"\[(B0[A-Z0-9]{8})\]")
 
@@ -173,21 +172,11 @@ def run_ours(work: Path, args: argparse.Namespace, shared_prefix: bool = True) -
         ),
         checkpoints=Checkpoints(save_every=10**9),
     )
-    device = "cpu" if cpu else "auto"  # auto: accelerate's choice, the GPU
-    if not cpu:
-        model.to("cuda")  # before the clock, as TRL's trainer does in its constructor
-
-    def train(net=model, folder=out) -> None:
-        train_dpo(
-            net, examples, config, output_dir=folder, device=device, resume=False, save_model=False
-        )
+    train = trainer_call(train_dpo, model, examples, config, out, args.device)
 
     warm = {"warm_wall": 0.0}
     if args.compile:  # compiles on a copy, untimed: the timed run reuses the compilation
-        with clock(args.device) as took:
-            train(copy.deepcopy(model), work / f"warm-{os.getpid()}")
-        warm["warm_wall"] = took["wall"]
-        shutil.rmtree(work / f"warm-{os.getpid()}", ignore_errors=True)
+        warm["warm_wall"] = warm_up(train, model, work / f"warm-{os.getpid()}", args.device)
 
     # The loop always writes a checkpoint at its last step (TRL here: none), the weights alone;
     # it is part of ours' time, and timed on its own to show how much (540 MB for a 135M model).

@@ -132,6 +132,41 @@ def measure(train, device: str = "cpu") -> dict:
     }
 
 
+def trainer_call(trainer, model, examples, config, out, device: str = "cpu"):
+    """`train(net=model, folder=out)`: one call of coevo's `trainer` (train_sft, train_dpo) as
+    the speed benchmarks time it, with no resume and no model saved beside the final
+    checkpoint. On cuda the model moves there now, before any clock (as TRL's trainer does in
+    its constructor), and accelerate picks the device."""
+    if device != "cpu":
+        model.to("cuda")
+
+    def train(net=model, folder=out) -> None:
+        trainer(
+            net,
+            examples,
+            config,
+            output_dir=folder,
+            device="cpu" if device == "cpu" else "auto",
+            resume=False,
+            save_model=False,
+        )
+
+    return train
+
+
+def warm_up(train, model, folder, device: str = "cpu") -> float:
+    """`train(copy of model, folder)` once, untimed, `folder` removed after: a timed run after
+    it finds the compilation done (`compute.compile`), as a long run pays it once. Its wall
+    seconds."""
+    import copy
+    import shutil
+
+    with clock(device) as took:
+        train(copy.deepcopy(model), folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    return took["wall"]
+
+
 def run_child(
     script: str,
     which: str,

@@ -67,7 +67,6 @@ recorded, in results/model_speed-cuda.md (CPU runs keep results/model_speed.md).
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import shutil
@@ -76,7 +75,7 @@ import time
 from pathlib import Path
 
 from machine import DEVICES, check_device, describe, gpu_name, results_file
-from measure import clock, measure, run_child
+from measure import clock, measure, run_child, trainer_call, warm_up
 
 # The stock per-message expression of SmolLM2's ChatML template, and the assistant branch
 # that replaces it for TRL: the same text, with the learned part inside generation markers.
@@ -139,21 +138,11 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
         ),
         checkpoints=Checkpoints(save_every=10**9),
     )
-    device = "cpu" if cpu else "auto"  # auto: accelerate's choice, the GPU
-    if not cpu:
-        model.to("cuda")  # before the clock, as TRL's trainer does in its constructor
-
-    def train(net=model, folder=out) -> None:
-        train_sft(
-            net, examples, config, output_dir=folder, device=device, resume=False, save_model=False
-        )
+    train = trainer_call(train_sft, model, examples, config, out, args.device)
 
     warm_wall = 0.0
     if args.compile:  # compiles on a copy, untimed: the timed run reuses the compilation
-        with clock(args.device) as took:
-            train(copy.deepcopy(model), work / f"warm-{os.getpid()}")
-        warm_wall = took["wall"]
-        shutil.rmtree(work / f"warm-{os.getpid()}", ignore_errors=True)
+        warm_wall = warm_up(train, model, work / f"warm-{os.getpid()}", args.device)
 
     # The loop always writes a checkpoint at its last step; time it to show it apart.
     saving = {"cpu": 0.0, "wall": 0.0}
