@@ -35,6 +35,12 @@ is timed on the wall clock, waiting for the GPU at both of its ends, and the rat
 speedups are per wall second; each side's peak GPU memory (`torch.cuda.max_memory_allocated`,
 reset just before the call) is shown too. The GPU's name is printed and recorded, in
 results/grpo_speed-cuda.md (CPU runs keep results/grpo_speed.md).
+
+`--decode` is ours' decoding loop (`model.decode`), by default `auto`: graphs on cuda, the eager
+loop on the CPU. Graphs compile the decode step once per process (tens of seconds with
+inductor); ours then first trains one untimed step of its own, which compiles it (its seconds
+printed apart), so that the timed steps show the rate of a run that has paid it, as a long run
+does. `--decode eager` times the loop before graphs were the cuda default.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from machine import DEVICES, check_device, describe, gpu_name, results_file
@@ -98,9 +105,11 @@ def load_prompts(work: Path) -> tuple[str, list[dict]]:
 
 
 def run_ours(work: Path, args: argparse.Namespace) -> dict:
+    import torch
     from transformers import AutoTokenizer
 
     from coevo.methods.grpo import hf_player
+    from coevo.policy.hf import resolve_decode
     from coevo.render import render
     from coevo.run.recipe import GrpoSection, SamplingSection
     from coevo.train import Checkpoints, Compute, Optim
@@ -126,12 +135,42 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
         checkpoints=Checkpoints(save_every=10**9, save_every_minutes=0),
     )
     tokenizer = AutoTokenizer.from_pretrained(work / "model")
-    player = hf_player(work / "model", lambda: OneReplyEnv(instructions), config)
+    out = work / f"ours-{os.getpid()}"
+    device = "cpu" if args.device == "cpu" else "auto"  # auto: accelerate's choice, the GPU
+
+    def train(play, config=config, folder=out):
+        return train_grpo(
+            str(work / "model"),
+            tasks,
+            play,
+            config,
+            output_dir=folder,
+            tokenizer=tokenizer,
+            device=device,
+            resume=False,
+            save_model=False,
+        )
+
+    def player():
+        return hf_player(
+            work / "model", lambda: OneReplyEnv(instructions), config, decode=args.decode
+        )
+
+    # A compiled decode step (graphs, the cuda default) compiles once per process, as a long
+    # run pays it once: one step of the same training compiles it untimed, every later model
+    # of the same shape reuses it.
+    warm_wall = 0.0
+    if resolve_decode(args.decode, torch.device(args.device)) == "graphs":
+        with clock(args.device) as took:
+            train(player(), replace(config, steps=1), work / f"warm-{os.getpid()}")
+        warm_wall = took["wall"]
+        shutil.rmtree(work / f"warm-{os.getpid()}", ignore_errors=True)
+    played_by = player()
     timed = {"gen_cpu": 0.0, "gen_wall": 0.0, "new_tokens": 0, "tokens": 0}
 
     def play(model, step_tasks, *, step, seed):
         with clock(args.device) as took:
-            played = player(model, step_tasks, step=step, seed=seed)
+            played = played_by(model, step_tasks, step=step, seed=seed)
         timed["gen_cpu"] += took["cpu"]
         timed["gen_wall"] += took["wall"]
         for t in played:
@@ -150,24 +189,9 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
         saving["save_wall"] += took["wall"]
 
     CheckpointDir.save = timed_save
-    out = work / f"ours-{os.getpid()}"
-    device = "cpu" if args.device == "cpu" else "auto"  # auto: accelerate's choice, the GPU
-    got = measure(
-        lambda: train_grpo(
-            str(work / "model"),
-            tasks,
-            play,
-            config,
-            output_dir=out,
-            tokenizer=tokenizer,
-            device=device,
-            resume=False,
-            save_model=False,
-        ),
-        args.device,
-    )
+    got = measure(lambda: train(play), args.device)
     shutil.rmtree(out, ignore_errors=True)
-    return {**got, **timed, **saving}
+    return {**got, **timed, **saving, "warm_wall": warm_wall}
 
 
 def run_trl(work: Path, args: argparse.Namespace) -> dict:
@@ -242,7 +266,7 @@ def run_trl(work: Path, args: argparse.Namespace) -> dict:
 def child(which: str, work: Path, args: argparse.Namespace) -> dict:
     extra = ["--work", str(work), "--steps", str(args.steps), "--samples", str(args.samples)]
     extra += ["--new-tokens", str(args.new_tokens), "--micro-batch", str(args.micro_batch)]
-    extra += ["--beta", str(args.beta), "--lr", str(args.lr)]
+    extra += ["--beta", str(args.beta), "--lr", str(args.lr), "--decode", args.decode]
     return run_child(__file__, which, extra, args.threads, memory=False, device=args.device)
 
 
@@ -256,6 +280,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--beta", type=float, default=0.001, help="KL coefficient, both sides")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--decode",
+        choices=("auto", "eager", "static", "graphs"),
+        default="auto",
+        help="ours' decoding loop (model.decode; auto: graphs on cuda, eager on the CPU); "
+        "graphs first compile in an untimed step of their own",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--note", default="", help="a line recorded with the run")
     parser.add_argument(
@@ -304,7 +335,8 @@ def main() -> None:
     setup = (
         f"{args.prompts} shop prompts x K={args.samples} samples, {args.new_tokens} new tokens, "
         f"{args.steps} steps, micro-batch {args.micro_batch}, KL coefficient {args.beta}, "
-        f"nano model (random init), {compute}, {args.threads} torch thread(s) per run, "
+        f"nano model (random init), {compute}, ours decoding {args.decode}, "
+        f"{args.threads} torch thread(s) per run, "
         f"single-turn (see the script's docstring), best of {args.repeats}"
     )
     rows = [
@@ -338,6 +370,11 @@ def main() -> None:
     if not cpu:
         notes.append(
             f"peak GPU memory ratio (ours / TRL): {ours['peak_gpu_mb'] / trl['peak_gpu_mb']:.2f}"
+        )
+    if ours["warm_wall"]:
+        notes.append(
+            f"ours decodes with graphs ({args.decode}); its untimed warm-up step (compiling the "
+            f"decode step) took {ours['warm_wall']:.1f} s wall"
         )
     if args.note:
         notes.append(args.note)

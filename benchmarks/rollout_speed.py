@@ -612,7 +612,7 @@ def decode_table(policy, theirs, env, tasks, args: argparse.Namespace) -> list[s
 
         return call
 
-    ways = [("coevo `HFPolicy.generate`", ours)]
+    ways = [(f"coevo `HFPolicy.generate`, {policy.decode}", ours)]
     if not args.ours_only:
         ways += [
             ("transformers `generate`, eager", transformers_generate()),

@@ -119,7 +119,7 @@ def test_a_nano_eto_run_on_cuda_end_to_end(tmp_path):
 
 
 def test_bf16_cuda_graph_decoding_gives_the_eager_loops_replies(toy_agent_dir):
-    """`decode="graphs"` (opt-in: a compiled step replayed as CUDA graphs) against
+    """`decode="graphs"` (`auto` on CUDA: a compiled step replayed as CUDA graphs) against
     the eager loop in bf16: greedy replies, alone and over sessions, differ in at most
     MISMATCH of rows; the graphs are captured once and replayed on the next call; an in-place
     weight update (an optimizer step) reaches the replays with no new capture."""

@@ -199,7 +199,7 @@ def test_the_decoding_table_times_ours_and_transformers_on_the_same_prompts(
     )
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
     assert [r.split(" | ")[0] for r in rows] == [
-        "| coevo `HFPolicy.generate`",
+        "| coevo `HFPolicy.generate`, eager",
         "| transformers `generate`, eager",
         '| transformers `generate`, `cache_implementation="static"`',
     ]
@@ -220,7 +220,7 @@ def test_the_decoding_table_can_time_ours_alone(bench, nano_model_dir, one_threa
     args = Namespace(batch_size=2, max_new_tokens=4, ours_only=True)
     lines = rollout.decode_table(policy, None, env, env.tasks("train"), args)
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
-    assert [r.split(" | ")[0] for r in rows] == ["| coevo `HFPolicy.generate`"]
+    assert [r.split(" | ")[0] for r in rows] == ["| coevo `HFPolicy.generate`, eager"]
 
 
 @pytest.mark.slow
@@ -309,3 +309,18 @@ def test_again_times_the_same_lockstep_rollout_twice(bench, monkeypatch, capsys,
     same = [3, 5, 6]  # env steps, tokens run, mean reward (not seconds, nor rates)
     assert [first[i] for i in same] == [again[i] for i in same]
     assert int(first[3]) > 0
+
+
+def test_grpo_speed_passes_ours_decoding_loop_to_its_child(bench, monkeypatch, tmp_path):
+    grpo = bench("grpo_speed")
+    calls = []
+    monkeypatch.setattr(
+        grpo, "run_child", lambda script, which, extra, *a, **k: calls.append(extra)
+    )
+    grpo.child(
+        "ours",
+        tmp_path,
+        grpo.parse_args(["--decode", "eager"]),
+    )
+    assert calls[-1][calls[-1].index("--decode") + 1] == "eager"
+    assert grpo.parse_args([]).decode == "auto"  # graphs on cuda, as a run decodes there

@@ -13,7 +13,7 @@ import torch
 
 from coevo.policy.base import PolicyError, Sampling
 from coevo.policy.cache import KvLayout, fill_prefixes, prefix_buffers
-from coevo.policy.hf import HFPolicy
+from coevo.policy.hf import HFPolicy, resolve_decode
 from coevo.policy.static_decode import StaticDecoder, room_bucket, rows_bucket, static_attention
 from coevo.render import render_prompt
 from coevo.trajectory import Turn
@@ -192,6 +192,24 @@ def test_the_step_compiles_as_one_graph_reused_across_calls_buckets_and_weight_u
     assert counter.frame_count == 1
 
 
+def test_the_next_model_of_the_same_shape_reuses_the_steps_compilation(gqa_model_dir):
+    """Each stage of a run loads its own checkpoint, a new module with its own decoder: the
+    process compiles the step once (tens of seconds with inductor on a GPU), not per stage."""
+    torch._dynamo.reset()
+    greedy = Sampling(max_new_tokens=8, logprobs=True, stop=())
+    compile = None  # the first decoder's (counting) compile, given to the next ones
+    for _ in range(3):
+        eager, static = both(gqa_model_dir)
+        if compile is None:
+            static.decoder, counter = counted_decoder(static.model)
+            compile = static.decoder.compile
+        else:
+            static.decoder = StaticDecoder(static.model, compile=compile)
+        prompts = varied_prompts(eager.tokenizer)
+        assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy))
+        assert counter.frame_count == 1 and static.decoder.fallback is None
+
+
 def test_a_step_that_would_compile_again_at_every_call_decodes_uncompiled_saying_why(
     gqa_model_dir,
 ):
@@ -291,6 +309,13 @@ def test_decode_setting(nano_model_dir, monkeypatch):
     monkeypatch.setenv("COEVO_DECODE", "fast")
     with pytest.raises(PolicyError, match="Unknown decode 'fast'.*eager"):
         HFPolicy(nano_model_dir)
+    monkeypatch.delenv("COEVO_DECODE")
+    # auto: graphs where a device runs CUDA, unless COEVO_DECODE says otherwise.
+    assert resolve_decode("auto", torch.device("cuda")) == "graphs"
+    assert resolve_decode("auto", torch.device("cpu")) == "eager"
+    assert resolve_decode("static", torch.device("cuda")) == "static"
+    monkeypatch.setenv("COEVO_DECODE", "eager")
+    assert resolve_decode("auto", torch.device("cuda")) == "eager"
     monkeypatch.delenv("COEVO_DECODE")
     with pytest.raises(ValueError, match="sync_every"):
         HFPolicy(nano_model_dir, decode="static", sync_every=0)

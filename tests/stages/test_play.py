@@ -16,7 +16,7 @@ def run_with(tmp_path, **values) -> Run:
 def test_the_recipe_chooses_the_decoding_loop(tmp_path, nano_model_dir, monkeypatch):
     monkeypatch.delenv("COEVO_DECODE", raising=False)
     chosen = policy(run_with(tmp_path / "a"), StageModel(nano_model_dir), "target")
-    assert chosen.decode == "eager"  # auto: eager until the graphs are measured on a GPU
+    assert chosen.decode == "eager"  # auto on the CPU (graphs on CUDA: tests/policy)
     run = run_with(tmp_path / "b", model={"decode": "static"})
     assert policy(run, StageModel(nano_model_dir), "target").decode == "static"
 

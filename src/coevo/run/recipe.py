@@ -120,8 +120,8 @@ class ModelSection(ModelSource):
     decode: Literal["auto", "eager", "static", "graphs"] = "auto"
     """How in-process generation decodes (`coevo.policy.static_decode`): eager (a growing
     cache), static (fixed shapes), graphs (fixed shapes compiled, captured as CUDA graphs on a
-    GPU); auto: the COEVO_DECODE environment variable if set, else eager until the graphs path
-    is measured on a GPU (docs/models.md). Not part of a run's identity: greedy replies are the
+    GPU); auto: the COEVO_DECODE environment variable if set, else graphs on CUDA and eager
+    elsewhere (docs/models.md). Not part of a run's identity: greedy replies are the
     same either way (within the tolerance tests/test_gpu.py states in bf16)."""
     pretrain_epochs: int = 0
     """Language-model warm-up of a locally initialised model (ignored with `path`): epochs over
