@@ -298,7 +298,11 @@ def main() -> None:
         # (compiling and capturing the decode step, cuDNN plans), the second shows the rate of
         # every later stage. The breakdown and the peak memory are the last run's.
         rows = []
-        for name in ("lockstep (rollout)", "lockstep (rollout), again")[: 1 + args.again]:
+        names = [
+            f"lockstep (rollout), {policy.decode}",
+            f"lockstep (rollout), {policy.decode}, again",
+        ]
+        for name in names[: 1 + args.again]:
             breakdown = Breakdown(args.device) if args.breakdown else nullcontext()
             with gpu_peak(args.device) as lock_peak, clock(args.device) as took, breakdown:
                 trajectories = rollout(

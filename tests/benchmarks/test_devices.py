@@ -232,7 +232,7 @@ def test_lockstep_alone_prints_its_row_and_its_breakdown_and_writes_nothing(tmp_
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert results.read_text() == before
-    assert "| lockstep (rollout) |" in out.stdout
+    assert "| lockstep (rollout), eager |" in out.stdout
     assert "one at a time (ETO)" not in out.stdout
     assert "speedup" not in out.stdout
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ")]
@@ -304,7 +304,8 @@ def test_again_times_the_same_lockstep_rollout_twice(bench, monkeypatch, capsys,
     rollout.main()
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()]
     lockstep = [row for row in rows if row[0].startswith("| lockstep")]
-    assert [row[0] for row in lockstep] == ["| lockstep (rollout)", "| lockstep (rollout), again"]
+    names = ["| lockstep (rollout), eager", "| lockstep (rollout), eager, again"]
+    assert [row[0] for row in lockstep] == names  # the CPU's loop
     first, again = lockstep
     same = [3, 5, 6]  # env steps, tokens run, mean reward (not seconds, nor rates)
     assert [first[i] for i in same] == [again[i] for i in same]
