@@ -202,3 +202,25 @@ def test_runs_not_evaluated_yet_say_so_instead_of_an_empty_table(tmp_path):
     (run / "config.yaml").write_text(yaml.safe_dump({"method": "sft", "seed": 0}))
     md = to_markdown(compare([run]))
     assert "No finished evaluation yet: sft." in md and "| method |" not in md
+
+
+def test_every_run_of_a_method_keeps_its_agent_data_rounds(monkeypatch):
+    """Runs of one method on two envs and seeds: the rounds table lists both (it once kept the
+    last run's rounds only, so one env's rows replaced another's)."""
+    import coevo.analysis.compare as module
+    from coevo.analysis.runs import RunSummary
+    from coevo.run.records import EvolveRecord
+
+    runs = [
+        RunSummary("a", "agent_data_random", "sql", 0, rounds=[EvolveRecord(1, verified=51)]),
+        RunSummary("b", "agent_data_random", "bfcl", 0, rounds=[EvolveRecord(1, verified=8)]),
+        RunSummary("c", "agent_data_guided", "shop", 3, rounds=[EvolveRecord(1, verified=1)]),
+        RunSummary("d", "grpo", "sql", 0),
+    ]
+    monkeypatch.setattr(module, "read_runs", lambda dirs: (runs, []))
+    rounds = compare(["a", "b", "c", "d"], baseline=None)["rounds"]
+    got = {m: [(r["env"], r["seed"], r["verified"]) for r in rs] for m, rs in rounds.items()}
+    assert got == {
+        "agent_data_random": [("sql", 0, 51), ("bfcl", 0, 8)],
+        "agent_data_guided": [("shop", 3, 1)],
+    }

@@ -70,7 +70,13 @@ def compare(
     behaviour: dict[str, dict[str, dict[int, dict[str, list[float]]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     )
+    # method -> every round of its runs, each with its run's env and seed
+    rounds: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
+        for r in run.rounds:
+            rounds.setdefault(run.method, []).append(
+                {"env": run.env, "seed": run.seed, **r.to_dict()}
+            )
         for iteration, splits in run.evals.items():
             for split, scores in splits.items():
                 column = f"{run.env} {split}"
@@ -125,11 +131,7 @@ def compare(
             m: {c: {str(i): n for i, n in sorted(its.items())} for c, its in cols.items()}
             for m, cols in iteration_episodes.items()
         },
-        "rounds": {
-            run.method: [{"env": run.env, "seed": run.seed, **r.to_dict()} for r in run.rounds]
-            for run in runs
-            if run.rounds
-        },
+        "rounds": rounds,
         "paired": _ordered(paired(runs, baseline, metric), columns) if baseline else None,
         "runs": [r.path for r in runs],
         "skipped": skipped,
