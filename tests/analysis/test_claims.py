@@ -193,3 +193,20 @@ def test_verification_is_claimed_once_both_guided_runs_are_archived(tmp_path):
     guided_only = [r for r in runs if r.method == "agent_data_guided"]
     claimed = {r["claim"] for r in claims(guided_only, null_cells(guided_only))}
     assert "verification helps" not in claimed
+
+
+def test_rows_with_no_spread_at_all_claim_no_detectable_difference(tmp_path):
+    """bfcl's rows: every run scores 0 on every task, one seed, no SFT spread. Nothing
+    estimates the noise, so the detectable difference is unknown ("-"), not ">= 0.0"."""
+    zeros = {"test_seen": [0] * 8, "test_unseen": [0] * 8}
+    runs = [
+        archived_run(tmp_path, "grpo", 0, zeros, env="bfcl"),
+        archived_run(tmp_path, "agent_data_random", 0, zeros, env="bfcl"),
+    ]
+    rows = claims(runs, null_cells(runs))
+    seen = by_claim(rows, "agent_data_random >= grpo + 5", "bfcl test_seen")
+    assert seen["verdict"] == NOT_SHOWN
+    assert seen["detectable"] is None and seen["detectable_t"] is None
+    md = claims_markdown(rows)
+    line = next(x for x in md.splitlines() if x.startswith("| agent_data_random >= grpo + 5 |"))
+    assert line.endswith("| - | - |") and ">= 0.0" not in md

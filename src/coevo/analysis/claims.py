@@ -97,8 +97,12 @@ def seed_sd(spread: dict[str, Any], *columns: str) -> float | None:
 def power(task_sd: float, seed_spread: float | None, tasks: float, seeds: int) -> dict[str, Any]:
     """ "detectable" (normal quantiles) and "detectable_t" (t at df = seeds - 1; None under
     MIN_SEEDS seeds) at `tasks` per seed and `seeds`; an unknown seed spread counts as 0,
-    which makes them lower bounds ("lower_bound")."""
+    which makes them lower bounds ("lower_bound"). Both None where no spread is known at
+    all (every paired difference 0, no seed spread: bfcl's all-zero rows): nothing there
+    says how large a difference the noise allows, and 0 would read as "any"."""
     spread = seed_spread or 0.0
+    if task_sd == 0 and spread == 0:
+        return {"detectable": None, "detectable_t": None, "lower_bound": seed_spread is None}
     return {
         "detectable": stats.detectable(task_sd, spread, tasks, seeds),
         "detectable_t": stats.detectable(task_sd, spread, tasks, seeds, df=seeds - 1)
@@ -176,6 +180,7 @@ def order_claim(diffs: dict[str, Any], spread: dict[str, Any], column: str) -> d
         if seeds < stats.MIN_SEEDS:
             why += f"; {few_seeds(seeds)}"
     powers = [power(stats.pooled_sd(s), seed_sd(spread, column), *grid(s)) for s in found]
+    worst = [p["detectable"] for p in powers]
     worst_t = [p["detectable_t"] for p in powers]
     return {
         "claim": claim,
@@ -184,7 +189,7 @@ def order_claim(diffs: dict[str, Any], spread: dict[str, Any], column: str) -> d
         "verdict": verdict,
         "why": why,
         # The claim needs both contrasts: the grid detects it only where it detects both.
-        "detectable": max(p["detectable"] for p in powers),
+        "detectable": None if None in worst else max(worst),
         "detectable_t": None if None in worst_t else max(worst_t),
         "lower_bound": powers[0]["lower_bound"],
     }
