@@ -456,21 +456,3 @@ def test_a_step_without_any_signal_skips_its_update_and_says_so(nano_model_dir, 
     )
     before = AutoModelForCausalLM.from_pretrained(nano_model_dir).state_dict()
     assert all(torch.equal(v, before[k]) for k, v in cpu_state(result.model).items())
-
-
-def test_the_player_frees_the_fixed_shape_decoders_cache_before_the_update(nano_model_dir):
-    """With a fixed-shape decoder (graphs: the CUDA default) the rollout's cache would stay
-    allocated through the update; the player frees it, and the next step decodes as before."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(nano_model_dir, dtype=torch.float32).eval()
-    tasks = LetterEnv().tasks("train")[:2]
-    play = hf_player(nano_model_dir, LetterEnv, config(samples=2), max_length=256, decode="static")
-    first = play(model, tasks, step=1, seed=0)
-    from coevo.policy.static_decode import decoder_for
-
-    decoder = decoder_for(model, "static")
-    assert decoder._arena == [] and decoder._slots == {}
-    again = play(model, tasks, step=1, seed=0)
-    assert [t.turns[-1].token_ids for t in again] == [t.turns[-1].token_ids for t in first]
-    assert decoder._arena == []

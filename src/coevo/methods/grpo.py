@@ -80,13 +80,6 @@ def hf_player(
             cut_block=cut_block,
             progress=False,  # the trainer's bar is on screen
         )
-        # The update comes next and needs the memory: the fixed-shape decoder's cache (every
-        # row x the longest room, per layer; graphs, the CUDA default) and its captures go, as
-        # the eager loop's caches go when its episodes end. The next step captures again; the
-        # compiled step is kept.
-        decoder = getattr(held["policy"], "decoder", None)
-        if decoder is not None:
-            decoder.release()
         if on_played is not None:
             on_played(step, played)
         return played
