@@ -55,7 +55,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from machine import DEVICES, check_device, describe, gpu_name, results_file
-from measure import clock, measure, run_child
+from measure import clock, measure, run_child, warm_up
 
 LETTER = "a"
 
@@ -161,10 +161,11 @@ def run_ours(work: Path, args: argparse.Namespace) -> dict:
     # of the same shape reuses it.
     warm_wall = 0.0
     if resolve_decode(args.decode, torch.device(args.device)) == "graphs":
-        with clock(args.device) as took:
-            train(player(), replace(config, steps=1), work / f"warm-{os.getpid()}")
-        warm_wall = took["wall"]
-        shutil.rmtree(work / f"warm-{os.getpid()}", ignore_errors=True)
+        warm_wall = warm_up(
+            lambda folder: train(player(), replace(config, steps=1), folder),
+            work / f"warm-{os.getpid()}",
+            args.device,
+        )
     played_by = player()
     timed = {"gen_cpu": 0.0, "gen_wall": 0.0, "new_tokens": 0, "tokens": 0}
 

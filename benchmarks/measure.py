@@ -154,15 +154,14 @@ def trainer_call(trainer, model, examples, config, out, device: str = "cpu"):
     return train
 
 
-def warm_up(train, model, folder, device: str = "cpu") -> float:
-    """`train(copy of model, folder)` once, untimed, `folder` removed after: a timed run after
-    it finds the compilation done (`compute.compile`), as a long run pays it once. Its wall
-    seconds."""
-    import copy
+def warm_up(run, folder, device: str = "cpu") -> float:
+    """`run(folder)` once, untimed, `folder` removed after: a timed run after it finds the
+    compilation done (`compute.compile`, a compiled decode step), as a long run pays it once.
+    Its wall seconds."""
     import shutil
 
     with clock(device) as took:
-        train(copy.deepcopy(model), folder)
+        run(folder)
     shutil.rmtree(folder, ignore_errors=True)
     return took["wall"]
 

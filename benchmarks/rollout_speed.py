@@ -308,12 +308,10 @@ def main() -> None:
                 trajectories = rollout(
                     policy, pool, tasks, sampling=sampling, batch_size=args.batch_size, seed=0
                 )
-            lockstep_s = took["wall"]
-            steps = sum(t.steps for t in trajectories)
+            seconds, steps = took["wall"], sum(t.steps for t in trajectories)
             reward = sum(t.reward for t in trajectories) / len(trajectories)
-            rows.append((name, lockstep_s, len(tasks) / lockstep_s, steps, counter.take(), reward))
+            rows.append((name, seconds, len(tasks) / seconds, steps, counter.take(), reward))
     _, lockstep_s, lock_eps, _, lock_tokens, _ = rows[-1]
-
     n = len(tasks)
     if args.skip_sequential:
         seq_peak, seq_tokens, speedup = None, None, None
