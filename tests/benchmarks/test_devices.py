@@ -318,10 +318,6 @@ def test_grpo_speed_passes_ours_decoding_loop_to_its_child(bench, monkeypatch, t
     monkeypatch.setattr(
         grpo, "run_child", lambda script, which, extra, *a, **k: calls.append(extra)
     )
-    grpo.child(
-        "ours",
-        tmp_path,
-        grpo.parse_args(["--decode", "eager"]),
-    )
+    grpo.child("ours", tmp_path, grpo.parse_args(["--decode", "eager"]))
     assert calls[-1][calls[-1].index("--decode") + 1] == "eager"
     assert grpo.parse_args([]).decode == "auto"  # graphs on cuda, as a run decodes there
