@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,16 @@ def _one_torch_thread():
     import torch
 
     torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _eager_decoding_outside_gpu_tests(request: pytest.FixtureRequest, monkeypatch):
+    """Tests not marked `gpu` decode with the eager loop unless COEVO_DECODE says otherwise.
+    On a GPU machine `auto` means CUDA graphs (`coevo.policy.hf.resolve_decode`): every small
+    model of the suite would compile its own decode step, minutes that test nothing the
+    tests of the graphs (tests/policy/test_static_decode.py, tests/test_gpu.py) do not."""
+    if "gpu" not in request.keywords and "COEVO_DECODE" not in os.environ:
+        monkeypatch.setenv("COEVO_DECODE", "eager")
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,9 @@
 # Settings (environment):
 #   BUDGET_S=540        seconds for the whole script (keep it under the call's timeout_s)
 #   MIN_PART_S=45       a part with less left than this is skipped
-#   CAP_GPU_TESTS=120 CAP_ROLLOUT=150 CAP_ROLLOUT_GRAPHS=180 CAP_MODEL=90 CAP_DPO=90
+#   CAP_GPU_TESTS=240 CAP_ROLLOUT=150 CAP_ROLLOUT_GRAPHS=180 CAP_MODEL=90 CAP_DPO=90
+#   CAP_GPU_TESTS: 42 s on ddf3c25, eager; since graphs became the CUDA default the tests
+#                  that decode with `auto` compile their steps: 240, a guess
 #   CAP_MODEL_COMPILE=200 (never run on a GPU yet: a guess; each of ours' child runs compiles)
 #   CAP_DPO_COMPILE=200 (never run on a GPU yet: a guess; each of its two child runs compiles)
 #   CAP_GRPO=60 CAP_SUITE=200         each part's own cap, seconds (measured on an H200,
@@ -84,7 +86,7 @@ LEARNING_RUNS=$TMPROOT/learning-runs    # the learning part's runs (resumed by a
 ALL=(gpu-tests rollout rollout-graphs model model-compile dpo dpo-compile grpo suite)
 ORDER=("${ALL[@]}" learning)
 declare -A CAP=(
-    [gpu-tests]=${CAP_GPU_TESTS:-120} [rollout]=${CAP_ROLLOUT:-150}
+    [gpu-tests]=${CAP_GPU_TESTS:-240} [rollout]=${CAP_ROLLOUT:-150}
     [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [model]=${CAP_MODEL:-90}
     [model-compile]=${CAP_MODEL_COMPILE:-200}
     [dpo]=${CAP_DPO:-90} [dpo-compile]=${CAP_DPO_COMPILE:-200} [grpo]=${CAP_GRPO:-60}

@@ -302,7 +302,7 @@ def test_policies_over_one_module_share_its_decoder(nano_model_dir):
 
 def test_decode_setting(nano_model_dir, monkeypatch):
     monkeypatch.delenv("COEVO_DECODE", raising=False)
-    assert HFPolicy(nano_model_dir).decoder is None  # auto on the CPU: the eager loop
+    assert HFPolicy(nano_model_dir, device="cpu").decoder is None  # auto on the CPU: eager
     monkeypatch.setenv("COEVO_DECODE", "static")
     assert HFPolicy(nano_model_dir).decode == "static"
     assert HFPolicy(nano_model_dir, decode="eager").decoder is None  # the argument wins

@@ -15,9 +15,10 @@ def run_with(tmp_path, **values) -> Run:
 
 def test_the_recipe_chooses_the_decoding_loop(tmp_path, nano_model_dir, monkeypatch):
     monkeypatch.delenv("COEVO_DECODE", raising=False)
-    chosen = policy(run_with(tmp_path / "a"), StageModel(nano_model_dir), "target")
+    on_cpu = run_with(tmp_path / "a", model={"device": "cpu"})
+    chosen = policy(on_cpu, StageModel(nano_model_dir), "target")
     assert chosen.decode == "eager"  # auto on the CPU (graphs on CUDA: tests/policy)
-    run = run_with(tmp_path / "b", model={"decode": "static"})
+    run = run_with(tmp_path / "b", model={"device": "cpu", "decode": "static"})
     assert policy(run, StageModel(nano_model_dir), "target").decode == "static"
 
 
