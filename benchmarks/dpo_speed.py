@@ -85,7 +85,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from machine import DEVICES, check_device, describe, gpu_name, results_file
-from measure import Ops, clock, measure, run_child, trainer_call, warm_up
+from measure import Ops, clock, measure, resident_note, run_child, trainer_call, warm_up
 
 ITEM = re.compile(r"\[(B0[A-Z0-9]{8})\]")
 
@@ -437,6 +437,9 @@ def main() -> None:
                 f"checkpointing {mode}: ours with compute.compile; its untimed warm-up run "
                 f"(compiling) took {min(r['warm_wall'] for r in saves):.1f} s wall"
             )
+        if not cpu:
+            runs = {labels[w]: results[(w, mode, kinds[-1])] for w in trainers}
+            notes.append(f"checkpointing {mode}: {resident_note(runs)}")
         refs = results[("trl", mode, "speed")]
         notes.append(
             f"checkpointing {mode}: of TRL's time, its reference pass (in its constructor) took "

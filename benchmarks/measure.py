@@ -80,6 +80,16 @@ def gpu_peak(device: str) -> Iterator[dict[str, float]]:
         got["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
 
 
+def resident_note(runs: dict[str, list[dict]]) -> str:
+    """What each side's timed call found allocated on the GPU when it began (its weights, and
+    whatever an untimed warm-up left), counted in its peak: `runs` maps a label to its runs."""
+    return "GPU memory allocated when the timed call began (part of its peak): " + ", ".join(
+        f"{label} {min(r['before_gpu_mb'] for r in found):,.0f} MB"
+        for label, found in runs.items()
+        if found and all("before_gpu_mb" in r for r in found)
+    )
+
+
 class Ops:
     """A context that counts the aten ops dispatched inside it (`n`); `paused()` leaves a part
     out (a checkpoint's copies)."""

@@ -76,7 +76,7 @@ import time
 from pathlib import Path
 
 from machine import DEVICES, check_device, describe, gpu_name, results_file
-from measure import clock, measure, run_child, trainer_call, warm_up
+from measure import clock, measure, resident_note, run_child, trainer_call, warm_up
 
 # The stock per-message expression of SmolLM2's ChatML template, and the assistant branch
 # that replaces it for TRL: the same text, with the learned part inside generation markers.
@@ -393,6 +393,9 @@ def main() -> None:
                 "tokens": speed[0]["tokens"] * args.epochs,
             }
         trl_rate = best["trl"]["tokens"] / best["trl"][clock_kind]
+        if not cpu:
+            runs = {labels[name]: results[(name, mode, kinds[-1])] for name, _ in sides}
+            notes.append(f"checkpointing {mode}: {resident_note(runs)}")
         for name, _ in sides:
             b, tokens = best[name], best[name]["tokens"]
             rows.append(

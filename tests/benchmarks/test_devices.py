@@ -99,6 +99,13 @@ def test_measure_on_cuda_syncs_around_the_call_and_reads_the_peak_after_it(bench
     assert {"wall", "cpu", "peak_growth_mb"} <= set(got)
 
 
+def test_the_resident_note_names_what_each_side_found_allocated(bench):
+    note = bench("measure").resident_note(
+        {"ours": [{"before_gpu_mb": 1030.4}, {"before_gpu_mb": 530.0}], "TRL": [{"wall": 1.0}]}
+    )
+    assert note.endswith("ours 530 MB")  # the smallest of its runs; TRL's runs had none
+
+
 def test_ops_counts_forward_backward_and_optimizer_and_leaves_a_paused_part_out(bench):
     ops = bench("measure").Ops()
     w = torch.nn.Parameter(torch.ones(3))
