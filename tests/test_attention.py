@@ -125,3 +125,57 @@ def test_attention_backends_are_torch_s_own_choice_off_cuda():
     from coevo.attention import sdpa_backends
 
     assert isinstance(sdpa_backends(torch.device("cpu")), nullcontext)
+
+
+def per_sequence(q, k, v, lengths, scale, causal=True):
+    """What a varlen kernel computes, one causal SDPA call per sequence ((tokens, heads, dim))."""
+    import torch.nn.functional as F
+
+    out, start = [], 0
+    for n in lengths:
+        rows = slice(start, start + n)
+        qs, ks, vs = (x[rows].transpose(0, 1) for x in (q, k, v))
+        gqa = qs.shape[0] != ks.shape[0]
+        o = F.scaled_dot_product_attention(
+            qs, ks, vs, is_causal=causal, scale=scale, enable_gqa=gqa
+        )
+        out.append(o.transpose(0, 1))
+        start += n
+    return torch.cat(out)
+
+
+def test_varlen_attention_is_asked_as_each_torch_spells_it():
+    """torch 2.11 has no `enable_gqa` in `varlen_attn` (2.12 does) and torch before 2.11 says
+    `is_causal`: each gets the call it takes, with the same result."""
+    from coevo.attention import causal_varlen
+
+    torch.manual_seed(0)
+    lengths = [5, 3, 7]
+    bounds = torch.tensor([0, 5, 8, 15], dtype=torch.int32)
+    q, k, v = torch.randn(15, 6, 8), torch.randn(15, 2, 8), torch.randn(15, 2, 8)
+    seen = []
+
+    def newest(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1),
+               enable_gqa=False):  # fmt: skip
+        seen.append(("newest", k.shape[1], window_size, enable_gqa))
+        return per_sequence(q, k, v, lengths, scale, causal=window_size == (-1, 0))
+
+    def without_gqa(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):
+        assert q.shape[1] == k.shape[1], "this torch refuses grouped heads"
+        seen.append(("without_gqa", k.shape[1], window_size))
+        return per_sequence(q, k, v, lengths, scale, causal=window_size == (-1, 0))
+
+    def oldest(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, *, scale=None):
+        assert q.shape[1] == k.shape[1]
+        seen.append(("oldest", k.shape[1], is_causal))
+        return per_sequence(q, k, v, lengths, scale, causal=is_causal)
+
+    expected = per_sequence(q, k, v, lengths, 0.3)
+    for fn in (newest, without_gqa, oldest):
+        got = causal_varlen(fn, q, k, v, bounds, 7, 0.3)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert seen == [
+        ("newest", 2, (-1, 0), True),
+        ("without_gqa", 6, (-1, 0)),
+        ("oldest", 6, True),
+    ]

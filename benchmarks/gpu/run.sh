@@ -8,7 +8,7 @@
 # carry [".gpu-wheels"]. See benchmarks/gpu/README.md for the calls and what to do with $OUT.
 #
 # Parts, always run in this order (most wanted first), whatever order they are named in:
-#   gpu-tests       pytest -m gpu tests/test_gpu.py                        -> gpu-tests.log
+#   gpu-tests       pytest -m gpu tests (every gpu-marked test)            -> gpu-tests.log
 #   rollout         benchmarks/rollout_speed.py --device cuda (eager decode, writes results)
 #   rollout-graphs  the same with COEVO_DECODE=graphs, --ours-only --no-write, dynamo's
 #                   recompiles logged (appended to rollout.log)
@@ -362,7 +362,7 @@ for part in "${ORDER[@]}"; do
         timeout_flag=()
         has_module pytest_timeout && timeout_flag=(--timeout 150)
         run_part gpu-tests env COEVO_CACHE="$TEST_CACHE" "$PY" -m pytest -q -rA -m gpu \
-            -p no:cacheprovider "${timeout_flag[@]}" tests/test_gpu.py
+            -p no:cacheprovider "${timeout_flag[@]}" tests
         ;;
     rollout)
         # shellcheck disable=SC2086

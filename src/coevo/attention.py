@@ -26,6 +26,7 @@ after another in one row, no padding, each attending to itself only.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple
@@ -226,19 +227,7 @@ def packed_rows_sdpa(
         from torch.nn.attention.varlen import varlen_attn
 
         q, k, v = (x[0].transpose(0, 1).to(half).contiguous() for x in (query, key, value))
-        longest = max(packed.lengths)
-        out = varlen_attn(
-            q,  # (tokens, heads, head_dim)
-            k,  # (tokens, kv_heads, head_dim)
-            v,
-            packed.bounds,
-            packed.bounds,
-            longest,
-            longest,
-            scale=scaling,
-            window_size=(-1, 0),  # causal
-            enable_gqa=q.shape[1] != k.shape[1],
-        )
+        out = causal_varlen(varlen_attn, q, k, v, packed.bounds, max(packed.lengths), scaling)
         return out.unsqueeze(0), None  # (1, tokens, heads, head_dim)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -253,6 +242,39 @@ def packed_rows_sdpa(
         parts.append(out)  # (1, n, heads, head_dim)
         start += n
     return torch.cat(parts, dim=1), None
+
+
+def causal_varlen(
+    varlen_attn: Any,
+    q: torch.Tensor,  # (tokens, heads, head_dim)
+    k: torch.Tensor,  # (tokens, kv_heads, head_dim)
+    v: torch.Tensor,
+    bounds: torch.Tensor,
+    longest: int,
+    scale: float | None,
+) -> torch.Tensor:
+    """Causal attention within each of the sequences `bounds` delimits, by torch's
+    `varlen_attn` as this torch spells it: causal is `window_size=(-1, 0)` since torch 2.11
+    (`is_causal=True` before), and grouped-query heads are `enable_gqa` since 2.12 (before,
+    each key/value head is repeated for its query heads, as transformers' `repeat_kv` does)."""
+    takes = _parameters(varlen_attn)
+    options: dict[str, Any] = {"scale": scale}
+    if q.shape[1] != k.shape[1]:
+        if "enable_gqa" in takes:
+            options["enable_gqa"] = True
+        else:
+            groups = q.shape[1] // k.shape[1]
+            k, v = (x.repeat_interleave(groups, dim=1) for x in (k, v))
+    if "window_size" in takes:
+        options["window_size"] = (-1, 0)
+    else:
+        options["is_causal"] = True
+    return varlen_attn(q, k, v, bounds, bounds, longest, longest, **options)
+
+
+@functools.cache
+def _parameters(function: Any) -> frozenset[str]:
+    return frozenset(inspect.signature(function).parameters)
 
 
 def _varlen_kernel(query: torch.Tensor) -> bool:
