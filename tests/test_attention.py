@@ -145,8 +145,8 @@ def per_sequence(q, k, v, lengths, scale, causal=True):
 
 
 def test_varlen_attention_is_asked_as_each_torch_spells_it():
-    """torch 2.11 has no `enable_gqa` in `varlen_attn` (2.12 does) and torch before 2.11 says
-    `is_causal`: each gets the call it takes, with the same result."""
+    """Newer torches' `varlen_attn` takes `enable_gqa` and `window_size`, older ones neither
+    (and say `is_causal`): each gets the call it takes, with the same result."""
     from coevo.attention import causal_varlen
 
     torch.manual_seed(0)

@@ -254,9 +254,10 @@ def causal_varlen(
     scale: float | None,
 ) -> torch.Tensor:
     """Causal attention within each of the sequences `bounds` delimits, by torch's
-    `varlen_attn` as this torch spells it: causal is `window_size=(-1, 0)` since torch 2.11
-    (`is_causal=True` before), and grouped-query heads are `enable_gqa` since 2.12 (before,
-    each key/value head is repeated for its query heads, as transformers' `repeat_kv` does)."""
+    `varlen_attn` as this torch spells it: causal is `window_size=(-1, 0)` where it takes that
+    (`is_causal=True` in older torches), grouped-query heads `enable_gqa` where it takes that
+    (added to torch in April 2026, so likely missing from the GPU image's 2.11; without it each
+    key/value head is repeated for its query heads, as transformers' `repeat_kv` does)."""
     takes = _parameters(varlen_attn)
     options: dict[str, Any] = {"scale": scale}
     if q.shape[1] != k.shape[1]:
