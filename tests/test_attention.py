@@ -179,3 +179,25 @@ def test_varlen_attention_is_asked_as_each_torch_spells_it():
         ("without_gqa", 6, (-1, 0)),
         ("oldest", 6, True),
     ]
+
+
+def test_the_gpu_and_torch_questions_are_constants_to_the_compiler(monkeypatch):
+    """Compiled layers reach `_flash_gpu` and `_varlen_spelling` in every packed attention
+    call: each is asked once and inlined as a constant (no trace of it, no graph break)."""
+    from coevo import attention
+
+    asked = []
+    monkeypatch.setattr(attention, "_FLASH_GPUS", {})
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: asked.append(i) or (9, 0))
+
+    def spelled(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):
+        return q
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def step(x):
+        gqa, window = attention._varlen_spelling(spelled)
+        return x + attention._flash_gpu(0) + 2 * gqa + 4 * window
+
+    assert step(torch.zeros(2)).tolist() == [5.0, 5.0]  # Ampere or newer, no gqa, a window
+    assert step(torch.ones(2)).tolist() == [6.0, 6.0]
+    assert asked == [0]

@@ -25,7 +25,6 @@ after another in one row, no padding, each attending to itself only.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -258,24 +257,33 @@ def causal_varlen(
     (`is_causal=True` in older torches), grouped-query heads `enable_gqa` where it takes that
     (added to torch in April 2026, so likely missing from the GPU image's 2.11; without it each
     key/value head is repeated for its query heads, as transformers' `repeat_kv` does)."""
-    takes = _parameters(varlen_attn)
+    gqa, window = _varlen_spelling(varlen_attn)
     options: dict[str, Any] = {"scale": scale}
     if q.shape[1] != k.shape[1]:
-        if "enable_gqa" in takes:
+        if gqa:
             options["enable_gqa"] = True
         else:
             groups = q.shape[1] // k.shape[1]
             k, v = (x.repeat_interleave(groups, dim=1) for x in (k, v))
-    if "window_size" in takes:
+    if window:
         options["window_size"] = (-1, 0)
     else:
         options["is_causal"] = True
     return varlen_attn(q, k, v, bounds, bounds, longest, longest, **options)
 
 
-@functools.cache
-def _parameters(function: Any) -> frozenset[str]:
-    return frozenset(inspect.signature(function).parameters)
+_SPELLINGS: dict[Any, tuple[bool, bool]] = {}
+
+
+@torch.compiler.assume_constant_result
+def _varlen_spelling(varlen_attn: Any) -> tuple[bool, bool]:
+    """Whether `varlen_attn` takes `enable_gqa`, and `window_size`: read once, and a constant
+    to the compiler when compiled layers run it (called, not traced)."""
+    found = _SPELLINGS.get(varlen_attn)
+    if found is None:
+        takes = inspect.signature(varlen_attn).parameters
+        found = _SPELLINGS[varlen_attn] = ("enable_gqa" in takes, "window_size" in takes)
+    return found
 
 
 def _varlen_kernel(query: torch.Tensor) -> bool:
@@ -287,9 +295,15 @@ def _varlen_kernel(query: torch.Tensor) -> bool:
     return _flash_gpu(query.device.index or 0) and dim % 8 == 0 and dim <= 256
 
 
-@functools.cache
+_FLASH_GPUS: dict[int, bool] = {}
+
+
+@torch.compiler.assume_constant_result
 def _flash_gpu(index: int) -> bool:
-    return torch.cuda.get_device_capability(index) >= (8, 0)
+    """Whether GPU `index` is Ampere or newer: asked once, a constant to the compiler."""
+    if index not in _FLASH_GPUS:
+        _FLASH_GPUS[index] = torch.cuda.get_device_capability(index) >= (8, 0)
+    return _FLASH_GPUS[index]
 
 
 def fork_mask(device: torch.device) -> torch.Tensor:
