@@ -187,7 +187,8 @@ def test_the_gpu_and_torch_questions_are_constants_to_the_compiler(monkeypatch):
     from coevo import attention
 
     asked = []
-    monkeypatch.setattr(attention, "_FLASH_GPUS", {})
+    monkeypatch.setattr(attention._flash_gpu, "answers", {})
+    monkeypatch.setattr(attention._varlen_spelling, "answers", {})
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: asked.append(i) or (9, 0))
 
     def spelled(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):

@@ -25,8 +25,9 @@ after another in one row, no padding, each attending to itself only.
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple
 
@@ -272,18 +273,27 @@ def causal_varlen(
     return varlen_attn(q, k, v, bounds, bounds, longest, longest, **options)
 
 
-_SPELLINGS: dict[Any, tuple[bool, bool]] = {}
+def _asked_once(question: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`question` answered once per argument (`.answers`), and a constant to the compiler when
+    compiled layers ask it (`assume_constant_result`: called, not traced; dynamo would trace
+    through a `functools.cache`)."""
+
+    @torch.compiler.assume_constant_result
+    @functools.wraps(question)
+    def ask(key: Any) -> Any:
+        if key not in ask.answers:
+            ask.answers[key] = question(key)
+        return ask.answers[key]
+
+    ask.answers = {}
+    return ask
 
 
-@torch.compiler.assume_constant_result
+@_asked_once
 def _varlen_spelling(varlen_attn: Any) -> tuple[bool, bool]:
-    """Whether `varlen_attn` takes `enable_gqa`, and `window_size`: read once, and a constant
-    to the compiler when compiled layers run it (called, not traced)."""
-    found = _SPELLINGS.get(varlen_attn)
-    if found is None:
-        takes = inspect.signature(varlen_attn).parameters
-        found = _SPELLINGS[varlen_attn] = ("enable_gqa" in takes, "window_size" in takes)
-    return found
+    """Whether `varlen_attn` takes `enable_gqa`, and `window_size`."""
+    takes = inspect.signature(varlen_attn).parameters
+    return "enable_gqa" in takes, "window_size" in takes
 
 
 def _varlen_kernel(query: torch.Tensor) -> bool:
@@ -295,15 +305,10 @@ def _varlen_kernel(query: torch.Tensor) -> bool:
     return _flash_gpu(query.device.index or 0) and dim % 8 == 0 and dim <= 256
 
 
-_FLASH_GPUS: dict[int, bool] = {}
-
-
-@torch.compiler.assume_constant_result
+@_asked_once
 def _flash_gpu(index: int) -> bool:
-    """Whether GPU `index` is Ampere or newer: asked once, a constant to the compiler."""
-    if index not in _FLASH_GPUS:
-        _FLASH_GPUS[index] = torch.cuda.get_device_capability(index) >= (8, 0)
-    return _FLASH_GPUS[index]
+    """Whether GPU `index` is Ampere or newer."""
+    return torch.cuda.get_device_capability(index) >= (8, 0)
 
 
 def fork_mask(device: torch.device) -> torch.Tensor:
