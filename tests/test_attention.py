@@ -146,7 +146,8 @@ def per_sequence(q, k, v, lengths, scale, causal=True):
 
 def test_varlen_attention_is_asked_as_each_torch_spells_it():
     """Newer torches' `varlen_attn` takes `enable_gqa` and `window_size`, older ones neither
-    (and say `is_causal`): each gets the call it takes, with the same result."""
+    (and say `is_causal`), the first (torch 2.9) no `scale` either: each gets the call it
+    takes, with the same result."""
     from coevo.attention import causal_varlen
 
     torch.manual_seed(0)
@@ -170,15 +171,36 @@ def test_varlen_attention_is_asked_as_each_torch_spells_it():
         seen.append(("oldest", k.shape[1], is_causal))
         return per_sequence(q, k, v, lengths, scale, causal=is_causal)
 
+    def first(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, return_aux=None):
+        assert q.shape[1] == k.shape[1]
+        seen.append(("first", k.shape[1], is_causal))
+        return per_sequence(q, k, v, lengths, None, causal=is_causal)  # 1 / sqrt(head_dim)
+
     expected = per_sequence(q, k, v, lengths, 0.3)
-    for fn in (newest, without_gqa, oldest):
+    for fn in (newest, without_gqa, oldest, first):
         got = causal_varlen(fn, q, k, v, bounds, 7, 0.3)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    unscaled = per_sequence(q, k, v, lengths, None)
+    torch.testing.assert_close(causal_varlen(first, q, k, v, bounds, 7, None), unscaled)
     assert seen == [
         ("newest", 2, (-1, 0), True),
         ("without_gqa", 6, (-1, 0)),
         ("oldest", 6, True),
+        ("first", 6, True),
+        ("first", 6, True),
     ]
+
+
+def test_packed_rows_run_per_sequence_on_a_torch_without_varlen(monkeypatch):
+    """A torch without `torch.nn.attention.varlen` (before 2.9) never reaches for it."""
+    from coevo import attention
+
+    query = torch.zeros(1, 2, 3, 8)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(attention, "_flash_gpu", lambda index: True)
+    assert attention._varlen_kernel(query) is attention.HAS_VARLEN
+    monkeypatch.setattr(attention, "HAS_VARLEN", False)
+    assert attention._varlen_kernel(query) is False
 
 
 def test_the_gpu_and_torch_questions_are_constants_to_the_compiler(monkeypatch):
@@ -196,9 +218,10 @@ def test_the_gpu_and_torch_questions_are_constants_to_the_compiler(monkeypatch):
 
     @torch.compile(fullgraph=True, backend="eager")
     def step(x):
-        gqa, window = attention._varlen_spelling(spelled)
-        return x + attention._flash_gpu(0) + 2 * gqa + 4 * window
+        gqa, window, scaled = attention._varlen_spelling(spelled)
+        return x + attention._flash_gpu(0) + 2 * gqa + 4 * window + 8 * scaled
 
-    assert step(torch.zeros(2)).tolist() == [5.0, 5.0]  # Ampere or newer, no gqa, a window
-    assert step(torch.ones(2)).tolist() == [6.0, 6.0]
+    # Ampere or newer, no gqa, a window, a scale
+    assert step(torch.zeros(2)).tolist() == [13.0, 13.0]
+    assert step(torch.ones(2)).tolist() == [14.0, 14.0]
     assert asked == [0]

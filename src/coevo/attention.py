@@ -26,7 +26,9 @@ after another in one row, no padding, each attending to itself only.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple
@@ -34,6 +36,8 @@ from typing import Any, NamedTuple
 import torch
 
 NAME = "coevo_sdpa"
+HAS_VARLEN = importlib.util.find_spec("torch.nn.attention.varlen") is not None
+"""Whether this torch has `varlen_attn` (2.9 on); without it packed rows run per sequence."""
 
 
 def sdpa_backends(device: torch.device) -> AbstractContextManager:
@@ -257,9 +261,15 @@ def causal_varlen(
     `varlen_attn` as this torch spells it: causal is `window_size=(-1, 0)` where it takes that
     (`is_causal=True` in older torches), grouped-query heads `enable_gqa` where it takes that
     (added to torch in April 2026, so likely missing from the GPU image's 2.11; without it each
-    key/value head is repeated for its query heads, as transformers' `repeat_kv` does)."""
-    gqa, window = _varlen_spelling(varlen_attn)
-    options: dict[str, Any] = {"scale": scale}
+    key/value head is repeated for its query heads, as transformers' `repeat_kv` does), and
+    `scale` where it takes that (torch 2.9's first spelling did not: the queries are scaled
+    instead, against the kernel's own 1 / sqrt(head_dim))."""
+    gqa, window, scaled = _varlen_spelling(varlen_attn)
+    options: dict[str, Any] = {}
+    if scaled:
+        options["scale"] = scale
+    elif scale is not None:
+        q = q * (scale * math.sqrt(q.shape[-1]))
     if q.shape[1] != k.shape[1]:
         if gqa:
             options["enable_gqa"] = True
@@ -290,16 +300,16 @@ def _asked_once(question: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 @_asked_once
-def _varlen_spelling(varlen_attn: Any) -> tuple[bool, bool]:
-    """Whether `varlen_attn` takes `enable_gqa`, and `window_size`."""
+def _varlen_spelling(varlen_attn: Any) -> tuple[bool, bool, bool]:
+    """Whether `varlen_attn` takes `enable_gqa`, `window_size`, and `scale`."""
     takes = inspect.signature(varlen_attn).parameters
-    return "enable_gqa" in takes, "window_size" in takes
+    return "enable_gqa" in takes, "window_size" in takes, "scale" in takes
 
 
 def _varlen_kernel(query: torch.Tensor) -> bool:
-    """Whether torch's varlen flash kernel takes these queries: CUDA, an Ampere or newer GPU,
-    a head size it was built for."""
-    if not query.is_cuda:
+    """Whether torch's varlen flash kernel takes these queries: a torch that has it, CUDA, an
+    Ampere or newer GPU, a head size it was built for."""
+    if not (query.is_cuda and HAS_VARLEN):
         return False
     dim = query.shape[-1]
     return _flash_gpu(query.device.index or 0) and dim % 8 == 0 and dim <= 256
