@@ -260,10 +260,10 @@ def causal_varlen(
     """Causal attention within each of the sequences `bounds` delimits, by torch's
     `varlen_attn` as this torch spells it: causal is `window_size=(-1, 0)` where it takes that
     (`is_causal=True` in older torches), grouped-query heads `enable_gqa` where it takes that
-    (added to torch in April 2026, so likely missing from the GPU image's 2.11; without it each
-    key/value head is repeated for its query heads, as transformers' `repeat_kv` does), and
-    `scale` where it takes that (torch 2.9's first spelling did not: the queries are scaled
-    instead, against the kernel's own 1 / sqrt(head_dim))."""
+    (added to torch in April 2026: the GPU image's 2.11 takes `scale` and `window_size` but not
+    it, as read in its wheel; without it each key/value head is repeated for its query heads,
+    as transformers' `repeat_kv` does), and `scale` where it takes that (torch 2.9's first
+    spelling did not: the queries are scaled instead, against the kernel's 1 / sqrt(head_dim))."""
     gqa, window, scaled = _varlen_spelling(varlen_attn)
     options: dict[str, Any] = {}
     if scaled:
