@@ -84,8 +84,17 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from machine import DEVICES, check_device, describe, gpu_name, results_file
-from measure import Ops, clock, measure, resident_note, run_child, trainer_call, warm_up
+from machine import check_device, describe, gpu_name, results_file
+from measure import (
+    Ops,
+    clock,
+    measure,
+    resident_note,
+    run_child,
+    trainer_arguments,
+    trainer_call,
+    warm_up,
+)
 
 ITEM = re.compile(r"\[(B0[A-Z0-9]{8})\]")
 
@@ -294,25 +303,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run ours with shared prefixes off (every side in full, as TRL)",
     )
     parser.add_argument(
-        "--device",
-        choices=DEVICES,
-        default="cpu",
-        help="cpu (fp32, CPU seconds) or cuda (bf16 mixed precision, wall seconds, peak GPU memory)",
-    )
-    parser.add_argument(
         "--ops",
         action="store_true",
         help="also count the ops each trainer dispatches per optimizer step (one more run each, "
         "untimed; what a GPU launches: benchmarks/measure.py)",
     )
-    parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="ours with compute.compile, after an untimed warm-up run that compiles (TRL as is)",
-    )
-    parser.add_argument("--no-record", action="store_true", help="do not write the results file")
-    parser.add_argument("--child", choices=["ours", "ours-rows", "trl"], help=argparse.SUPPRESS)
-    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    trainer_arguments(parser, ["ours", "ours-rows", "trl"])
     return parser.parse_args(argv)
 
 

@@ -54,8 +54,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from machine import DEVICES, check_device, describe, gpu_name, results_file
-from measure import clock, measure, run_child, warm_up
+from machine import check_device, describe, gpu_name, results_file
+from measure import clock, measure, run_child, trainer_arguments, warm_up
 
 LETTER = "a"
 
@@ -290,15 +290,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--note", default="", help="a line recorded with the run")
-    parser.add_argument(
-        "--device",
-        choices=DEVICES,
-        default="cpu",
-        help="cpu (fp32, CPU seconds) or cuda (bf16 mixed precision, wall seconds, peak GPU memory)",
-    )
-    parser.add_argument("--no-record", action="store_true", help="do not write the results file")
-    parser.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
-    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    trainer_arguments(parser, ["ours", "trl"], compile=False)
     return parser.parse_args(argv)
 
 

@@ -16,14 +16,18 @@ flash kernels' backward).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
+
+from machine import DEVICES
 
 
 def rss_mb() -> float:
@@ -174,6 +178,29 @@ def warm_up(run, folder, device: str = "cpu") -> float:
         run(folder)
     shutil.rmtree(folder, ignore_errors=True)
     return took["wall"]
+
+
+def trainer_arguments(
+    parser: argparse.ArgumentParser, children: Sequence[str], *, compile: bool = True
+) -> None:
+    """The arguments the trainer benchmarks (model, DPO and GRPO speed) take alike: the device,
+    `--compile` where ours can compile, `--no-record`, and the hidden two a child run gets
+    (`run_child`)."""
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cpu",
+        help="cpu (fp32, CPU seconds) or cuda (bf16 mixed precision, wall seconds, peak GPU memory)",
+    )
+    if compile:
+        parser.add_argument(
+            "--compile",
+            action="store_true",
+            help="ours with compute.compile, after an untimed warm-up run that compiles (TRL as is)",
+        )
+    parser.add_argument("--no-record", action="store_true", help="do not write the results file")
+    parser.add_argument("--child", choices=list(children), help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
 
 
 def run_child(

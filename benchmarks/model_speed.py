@@ -75,8 +75,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import DEVICES, check_device, describe, gpu_name, results_file
-from measure import clock, measure, resident_note, run_child, trainer_call, warm_up
+from machine import check_device, describe, gpu_name, results_file
+from measure import (
+    clock,
+    measure,
+    resident_note,
+    run_child,
+    trainer_arguments,
+    trainer_call,
+    warm_up,
+)
 
 # The stock per-message expression of SmolLM2's ChatML template, and the assistant branch
 # that replaces it for TRL: the same text, with the learned part inside generation markers.
@@ -297,20 +305,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="ours with sft.packing on, off, or both side by side (default: SftConfig's)",
     )
-    parser.add_argument(
-        "--device",
-        choices=DEVICES,
-        default="cpu",
-        help="cpu (fp32, CPU seconds) or cuda (bf16 mixed precision, wall seconds, peak GPU memory)",
-    )
-    parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="ours with compute.compile, after an untimed warm-up run that compiles (TRL as is)",
-    )
-    parser.add_argument("--no-record", action="store_true", help="do not write the results file")
-    parser.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
-    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    trainer_arguments(parser, ["ours", "trl"])
     return parser.parse_args(argv)
 
 
