@@ -5,12 +5,20 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from coevo.analysis.archive import REWARDS, archive, eval_rewards, finished_stages
+from coevo.analysis.archive import (
+    archive,
+    finished_stages,
+    rewards_file,
+    stage_rewards,
+    task_rewards,
+)
 from coevo.analysis.compare import compare, to_markdown
 from coevo.analysis.report import write_report
 from coevo.cli import app
 from tests.analysis.test_compare import fake_run
 from tests.analysis.test_paired import store_eval
+
+REWARDS = rewards_file("eval")
 
 
 def grid(tmp_path):
@@ -18,6 +26,7 @@ def grid(tmp_path):
     eto = fake_run(tmp_path / "runs", "eto-s0", "eto", 0, 0.75, 0.5)
     store_eval(sft, "eval-2-test_seen", [0, 1, 0, 1])
     store_eval(eto, "eval-2-test_seen", [1, 1, 0, 1])
+    store_eval(eto, "explore-1-target", [0.7, 1, None, 0])  # (store_eval's ids: test_seen's)
     # A trainer's log and a checkpoint: the log is kept, the checkpoint is not.
     dpo = eto / "stages" / "dpo-1-target"
     (dpo / "checkpoints" / "step-2").mkdir(parents=True)
@@ -37,6 +46,7 @@ def test_an_archive_tabulates_like_its_run_without_the_store_or_weights(tmp_path
     assert files == {
         "config.yaml",
         REWARDS,
+        rewards_file("explore"),
         "stages/eval-0/manifest.json",
         "stages/eval-2/manifest.json",
         "stages/dpo-1-target/metrics.jsonl",
@@ -44,6 +54,15 @@ def test_an_archive_tabulates_like_its_run_without_the_store_or_weights(tmp_path
     assert json.loads((kept[1] / REWARDS).read_text()) == {
         "eval-2-test_seen": {f"shop/test_seen/t{i}": [r] for i, r in enumerate([1, 1, 0, 1])}
     }
+    # The explorations' rewards per task too (Table 2's task-paired test), and only theirs.
+    tasks = {"shop/test_seen/t0": [0.7], "shop/test_seen/t1": [1.0], "shop/test_seen/t3": [0.0]}
+    explored = {"explore-1-target": tasks}
+    assert stage_rewards(kept[1], "explore") == stage_rewards(runs[1], "explore") == explored
+    assert stage_rewards(kept[0], "explore") == {}  # sft explored nothing
+    assert task_rewards(kept[1], "explore-1-target") == explored["explore-1-target"]
+    assert task_rewards(kept[1], "eval-2-test_seen")["shop/test_seen/t2"] == [0.0]
+    with pytest.raises(ValueError, match="Unknown stage kind 'dpo'"):
+        stage_rewards(kept[1], "dpo")
     assert finished_stages(kept[1]) == finished_stages(runs[1]) == 2
     # The same tables, paired differences included, from the archives as from the runs.
     from_runs, from_archives = compare(list(runs)), compare(kept)
@@ -56,7 +75,7 @@ def test_an_archive_tabulates_like_its_run_without_the_store_or_weights(tmp_path
     assert (tmp_path / "report" / "figures" / "training.png").is_file()
     # An archive of an archive keeps the rewards (read from its file, as there is no store).
     again = archive(kept[1], tmp_path / "again")
-    assert eval_rewards(again) == eval_rewards(runs[1])
+    assert stage_rewards(again) == stage_rewards(runs[1])
 
 
 def test_rearchiving_replaces_the_old_archive_whole(tmp_path):
@@ -66,7 +85,7 @@ def test_rearchiving_replaces_the_old_archive_whole(tmp_path):
     store_eval(eto, "eval-3-test_seen", [0, 0, 0, 0])
     archive(eto, dest)
     assert not (dest / "stale.txt").exists()
-    assert set(eval_rewards(dest)) == {"eval-2-test_seen", "eval-3-test_seen"}
+    assert set(stage_rewards(dest)) == {"eval-2-test_seen", "eval-3-test_seen"}
     assert sorted(p.name for p in dest.parent.iterdir()) == ["eto-s0"]  # no leftovers
 
 
@@ -74,9 +93,9 @@ def test_a_damaged_rewards_file_reads_as_no_rewards(tmp_path):
     _, eto = grid(tmp_path)
     dest = archive(eto, tmp_path / "archive")
     (dest / REWARDS).write_text("{not json")
-    assert eval_rewards(dest) == {}
+    assert stage_rewards(dest) == {}
     (dest / REWARDS).write_text(json.dumps({"eval-2-test_seen": {"t0": ["high"]}}))
-    assert eval_rewards(dest) == {}
+    assert stage_rewards(dest) == {}
     # compare still stands: the paired table notes the missing tasks instead of failing.
     tables = compare([dest])
     assert tables["rows"]["eto"]["shop test_seen"] == [0.75]

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from coevo.analysis.archive import rewards_file
 from coevo.analysis.claims import NOT_SHOWN, SHOWN, UNTESTABLE, claims, claims_markdown
 from coevo.analysis.null import null_cells
 from tests.analysis.test_null import archived_run
@@ -122,6 +126,55 @@ def test_table_2_reads_the_explorations_of_branches_and_nothing_else_of_them(tmp
     assert by_claim(alone, "Table 2", "shop")["verdict"] == UNTESTABLE
     others = [r for r in claims(runs, null, branches) if not r["claim"].startswith("Table 2")]
     assert others == [r for r in alone if not r["claim"].startswith("Table 2")]
+
+
+def explored(tmp_path, seeds, paired):
+    """Table 2's runs at `seeds`, 8 train tasks explored once by each agent after a DPO: the
+    failure agent finds a hard negative (reward 0.7) on t0-t2, ETO's agent on t0-t1 (shares
+    37.5% and 25.0%). Only the seeds in `paired` keep their rewards per task."""
+    runs = []
+    for seed in seeds:
+        for method, agent, hard in (("failure_agent", "failure", 3), ("eto", "target", 2)):
+            run = archived_run(
+                tmp_path,
+                method,
+                seed,
+                {"test_seen": [0] * 8},
+                explorations=[(2, agent, hard / 8, 8)],
+            )
+            if seed in paired:
+                rewards = {f"shop/train/t{i}": [0.7 if i < hard else 0.0] for i in range(8)}
+                path = Path(run.path) / rewards_file("explore")
+                path.write_text(json.dumps({f"explore-2-{agent}": rewards}))
+            runs.append(run)
+    return runs
+
+
+def test_table_2_pairs_the_agents_task_by_task_where_the_archives_kept_the_tasks(tmp_path):
+    rows = claims(explored(tmp_path / "all", (1, 2, 3), (1, 2, 3)), {"spread": {}})
+    row = by_claim(rows, "Table 2", "shop")
+    # Every seed: t2 up, nothing down; 3 tasks up over the seeds: sign-flip p 2 / 8 = 0.25,
+    # which decides (Fisher's 9 / 24 against 6 / 24 would give 0.534).
+    assert "pooled 9 / 24 against 6 / 24 episodes, Fisher p 0.534; " in row["evidence"]
+    assert (
+        "; paired by task (s1, s2, s3: 24 tasks), more in the failure agent's on 3, in ETO's "
+        "agent's on 0, sign-flip p 0.250; seeds [" in row["evidence"]
+    )
+    assert (row["verdict"], row["why"]) == (NOT_SHOWN, "task level p 0.250")
+    # Seed 3's archives predate the tasks' rewards: the pairs of seeds 1-2 are shown, Fisher
+    # decides.
+    rows = claims(explored(tmp_path / "some", (1, 2, 3), (1, 2)), {"spread": {}})
+    row = by_claim(rows, "Table 2", "shop")
+    assert (
+        "paired by task (s1, s2: 16 tasks), more in the failure agent's on 2, in ETO's "
+        in (row["evidence"])
+    )
+    assert "agent's on 0, sign-flip p 0.500" in row["evidence"]
+    assert row["why"] == "episode level p 0.534"
+    # None kept: as before, no paired test.
+    rows = claims(explored(tmp_path / "none", (1, 2, 3), ()), {"spread": {}})
+    row = by_claim(rows, "Table 2", "shop")
+    assert "paired by task" not in row["evidence"] and row["why"] == "episode level p 0.534"
 
 
 def test_agent_data_must_lead_grpo_by_five_points(tmp_path):

@@ -9,9 +9,13 @@ The claims, and what each asks of the runs (`paired` differences on the same tas
   shuffled within each seed); the seed-level one a t interval over the per-seed gaps.
 - Table 2's hard-negative shift: after a DPO (iteration 2 on), the failure agent's
   explorations hold a larger share of hard negatives than ETO's agent's. The runs keep shares
-  and episode counts, not episodes: the episode level is Fisher's exact test of the two
-  agents' hard negatives pooled over seeds, the seed level the t interval over the per-seed
-  gaps.
+  and episode counts: the episode level is Fisher's exact test of the two agents' hard
+  negatives pooled over seeds, the seed level the t interval over the per-seed gaps. Both
+  agents explore the same train tasks, so where every seed's two explorations kept their
+  rewards per task (`archive.stage_rewards`; archives from 2026-11-27 on) the episode level is
+  the sign-flip test over tasks of the two agents' hard-negative shares instead: pairing by
+  task takes the tasks' own difficulty out of the comparison. Where only some seeds kept
+  them, that test is shown for those seeds beside Fisher's, which decides.
 - agent_data >= grpo + 5: agent_data - grpo a gain, of at least 5 points; a row for each of
   the explorer variants archived too (`EXPLORERS`: agent_data_guided, agent_data_random).
 - signal feedback > random exploration: agent_data_guided - agent_data_random a gain (where
@@ -39,8 +43,10 @@ from typing import Any
 import torch
 
 from coevo.analysis import stats
+from coevo.analysis.archive import task_rewards
+from coevo.analysis.outcomes import outcome
 from coevo.analysis.paired import label, paired_diffs, tested
-from coevo.analysis.runs import RunSummary
+from coevo.analysis.runs import Exploration, RunSummary
 
 SHOWN, NOT_SHOWN, UNTESTABLE = "shown", "not shown", "cannot be tested here"
 TEST_SPLITS = ("test_seen", "test_unseen")
@@ -119,7 +125,8 @@ def grid(seeds: Sequence[torch.Tensor]) -> tuple[float, int]:
 
 def decide(verdict: str, p: float, seeds: int, level: str = "task") -> tuple[str, str]:
     """A claim's verdict and why, from the `stats.verdict` of its test, the p of its first
-    `level` (tasks; Table 2's episodes) and its number of seeds."""
+    `level` (tasks; Table 2's episodes where its seeds are not all paired by task) and its number
+    of seeds."""
     few = "" if seeds >= stats.MIN_SEEDS else f"; {few_seeds(seeds)}"
     if verdict == stats.GAIN:
         return SHOWN, "a gain at both levels"
@@ -138,9 +145,8 @@ def few_seeds(seeds: int) -> str:
 
 def summary(name: str, d: dict[str, Any]) -> str:
     """`failure_agent - eto +2.7 (8 / 6 / 86, p 0.328, 2 seeds: not shown)`."""
-    p = "< 0.001" if d["p"] < 0.001 else f"{d['p']:.3f}"
     return (
-        f"{name} {d['mean'] * 100:+.1f} ({d['up']} / {d['down']} / {d['same']}, p {p}, "
+        f"{name} {d['mean'] * 100:+.1f} ({d['up']} / {d['down']} / {d['same']}, p {_p(d['p'])}, "
         f"{d['seeds']} seed{'s' * (d['seeds'] != 1)}: {d['verdict']})"
     )
 
@@ -234,10 +240,10 @@ def unseen_claim(diffs: dict[str, Any], spread: dict[str, Any], env: str) -> dic
 def table2_claim(runs: list[RunSummary], env: str) -> dict[str, Any]:
     claim = "Table 2: more hard negatives in the failure agent's explorations (after DPO)"
     # seed -> iteration -> (share, episodes) of each side
-    failure = _shares(runs, "failure_agent", "failure")
-    eto = _shares(runs, "eto", "target")
+    failure = _explorations(runs, "failure_agent", "failure")
+    eto = _explorations(runs, "eto", "target")
     first = sorted(
-        (seed, its[1], eto[seed][1])
+        (seed, _share(its[1]), _share(eto[seed][1]))
         for seed, its in failure.items()
         if 1 in its and 1 in eto.get(seed, {})
     )
@@ -246,7 +252,7 @@ def table2_claim(runs: list[RunSummary], env: str) -> dict[str, Any]:
         f"{e[0] * 100:.1f}%"
         for seed, f, e in first
     )
-    after = []  # (seed, iteration, failure agent's (share, episodes), ETO agent's)
+    after = []  # (seed, iteration, the failure agent's exploration, ETO's agent's)
     for seed, its in sorted(failure.items()):
         common = [i for i in its if i >= 2 and i in eto.get(seed, {})]
         if common:
@@ -264,50 +270,88 @@ def table2_claim(runs: list[RunSummary], env: str) -> dict[str, Any]:
         row.update(power(math.sqrt(2 * share * (1 - share)), spread, episodes, seeds))
     if not after:
         return row
-    gaps = [f[0] - e[0] for _, _, f, e in after]
+    shares = [(_share(f), _share(e)) for _, _, f, e in after]
+    gaps = [f[0] - e[0] for f, e in shares]
     interval = stats.seed_interval(gaps)
     # Pooled over seeds: hard-negative episodes of each agent, from its shares and counts.
-    sides = ([f for _, _, f, _ in after], [e for _, _, _, e in after])
+    sides = ([f for f, _ in shares], [e for _, e in shares])
     hard = [sum(round(share * n) for share, n in side) for side in sides]
     episodes = [sum(n for _, n in side) for side in sides]
     p = stats.fisher_exact(hard[0], episodes[0], hard[1], episodes[1])
-    row["evidence"] = (
-        (f"{context}; " if context else "")
-        + "; ".join(
-            f"s{seed} iteration {i} (after DPO): failure agent {f[0] * 100:.1f}%, ETO's agent "
-            f"{e[0] * 100:.1f}% ({(f[0] - e[0]) * 100:+.1f})"
-            for seed, i, f, e in after
-        )
-        + f"; pooled {hard[0]} / {episodes[0]} against {hard[1]} / {episodes[1]} episodes, "
-        + f"Fisher p {'< 0.001' if p < 0.001 else f'{p:.3f}'}"
-        + (
-            ""
-            if interval is None
-            else f"; seeds [{interval[0] * 100:+.1f}, {interval[1] * 100:+.1f}]"
-        )
+    level = "episode"
+    paired = {seed: d for seed, _, f, e in after if (d := _task_gaps(f, e)) is not None}
+    evidence = [
+        f"s{seed} iteration {i} (after DPO): failure agent {f[0] * 100:.1f}%, ETO's agent "
+        f"{e[0] * 100:.1f}% ({(f[0] - e[0]) * 100:+.1f})"
+        for (seed, i, _, _), (f, e) in zip(after, shares, strict=True)
+    ]
+    evidence.append(
+        f"pooled {hard[0]} / {episodes[0]} against {hard[1]} / {episodes[1]} episodes, "
+        f"Fisher p {_p(p)}"
     )
+    if paired:
+        pooled = torch.cat(list(paired.values()))
+        up, down, _ = stats.counts(pooled)
+        test = stats.sign_flip_test(pooled)
+        evidence.append(
+            f"paired by task (s{', s'.join(map(str, paired))}: {len(pooled)} tasks), more in "
+            f"the failure agent's on {up}, in ETO's agent's on {down}, sign-flip p {_p(test.p)}"
+        )
+        if len(paired) == len(after):  # every seed paired: the better test decides
+            p, level = test.p, "task"
+    if interval is not None:
+        evidence.append(f"seeds [{interval[0] * 100:+.1f}, {interval[1] * 100:+.1f}]")
+    row["evidence"] = "; ".join(([context] if context else []) + evidence)
     mean = statistics.fmean(gaps)
-    row["verdict"], row["why"] = decide(
-        stats.verdict(mean, p, interval), p, len(gaps), level="episode"
-    )
+    row["verdict"], row["why"] = decide(stats.verdict(mean, p, interval), p, len(gaps), level=level)
     return row
 
 
-def _shares(
-    runs: list[RunSummary], method: str, agent: str
-) -> dict[int, dict[int, tuple[float, int]]]:
-    """seed -> iteration -> (hard-negative share, episodes) of `agent` in `method`'s runs."""
-    found: dict[int, dict[int, tuple[float, int]]] = {}
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+Found = tuple[RunSummary, Exploration]
+"""An agent's exploration and the run (or archive) that holds it."""
+
+
+def _explorations(runs: list[RunSummary], method: str, agent: str) -> dict[int, dict[int, Found]]:
+    """seed -> iteration -> `agent`'s exploration in `method`'s runs (a later run's wins)."""
+    found: dict[int, dict[int, Found]] = {}
     for run in runs:
         if run.method != method or run.seed is None:
             continue
         for e in run.explorations:
             if e.agent == agent:
-                found.setdefault(int(run.seed), {})[e.iteration] = (
-                    e.shares.get(HARD_NEGATIVE, 0.0),
-                    e.episodes,
-                )
+                found.setdefault(int(run.seed), {})[e.iteration] = (run, e)
     return found
+
+
+def _share(found: Found) -> tuple[float, int]:
+    """(hard-negative share, episodes) of an exploration."""
+    return found[1].shares.get(HARD_NEGATIVE, 0.0), found[1].episodes
+
+
+def _task_gaps(failure: Found, eto: Found) -> torch.Tensor | None:
+    """Per train task both explored (sorted ids): the failure agent's share of hard negatives
+    among its episodes of the task minus ETO's agent's; None where either run kept no rewards
+    per task for its exploration."""
+    sides = []
+    for run, e in (failure, eto):
+        rewards = task_rewards(run.path, e.stage)
+        if not rewards:
+            return None
+        sides.append(
+            {
+                task: statistics.fmean(outcome(r, run.threshold) == HARD_NEGATIVE for r in rs)
+                for task, rs in rewards.items()
+                if rs
+            }
+        )
+    tasks = sorted(set(sides[0]) & set(sides[1]))
+    if not tasks:
+        return None
+    return torch.tensor([sides[0][t] - sides[1][t] for t in tasks], dtype=torch.float64)
 
 
 def margin_claim(
