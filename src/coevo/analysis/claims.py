@@ -45,7 +45,7 @@ import torch
 from coevo.analysis import stats
 from coevo.analysis.archive import task_rewards
 from coevo.analysis.outcomes import outcome
-from coevo.analysis.paired import label, paired_diffs, tested
+from coevo.analysis.paired import label, p_cell, paired_diffs, tested
 from coevo.analysis.runs import Exploration, RunSummary
 
 SHOWN, NOT_SHOWN, UNTESTABLE = "shown", "not shown", "cannot be tested here"
@@ -146,7 +146,7 @@ def few_seeds(seeds: int) -> str:
 def summary(name: str, d: dict[str, Any]) -> str:
     """`failure_agent - eto +2.7 (8 / 6 / 86, p 0.328, 2 seeds: not shown)`."""
     return (
-        f"{name} {d['mean'] * 100:+.1f} ({d['up']} / {d['down']} / {d['same']}, p {_p(d['p'])}, "
+        f"{name} {d['mean'] * 100:+.1f} ({d['up']} / {d['down']} / {d['same']}, p {p_cell(d['p'], exact=True)}, "
         f"{d['seeds']} seed{'s' * (d['seeds'] != 1)}: {d['verdict']})"
     )
 
@@ -287,7 +287,7 @@ def table2_claim(runs: list[RunSummary], env: str) -> dict[str, Any]:
     ]
     evidence.append(
         f"pooled {hard[0]} / {episodes[0]} against {hard[1]} / {episodes[1]} episodes, "
-        f"Fisher p {_p(p)}"
+        f"Fisher p {p_cell(p, exact=True)}"
     )
     if paired:
         pooled = torch.cat(list(paired.values()))
@@ -295,7 +295,7 @@ def table2_claim(runs: list[RunSummary], env: str) -> dict[str, Any]:
         test = stats.sign_flip_test(pooled)
         evidence.append(
             f"paired by task (s{', s'.join(map(str, paired))}: {len(pooled)} tasks), more in "
-            f"the failure agent's on {up}, in ETO's agent's on {down}, sign-flip p {_p(test.p)}"
+            f"the failure agent's on {up}, in ETO's agent's on {down}, sign-flip p {p_cell(test.p, test.exact)}"
         )
         if len(paired) == len(after):  # every seed paired: the better test decides
             p, level = test.p, "task"
@@ -305,10 +305,6 @@ def table2_claim(runs: list[RunSummary], env: str) -> dict[str, Any]:
     mean = statistics.fmean(gaps)
     row["verdict"], row["why"] = decide(stats.verdict(mean, p, interval), p, len(gaps), level=level)
     return row
-
-
-def _p(p: float) -> str:
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
 Found = tuple[RunSummary, Exploration]
