@@ -429,6 +429,7 @@ def test_old_log_probs_come_from_the_trainer_when_sampling_was_too_far_from_it(
     assert olds[-1] > 0.19  # the second minibatch's old log-probs: the sampled ones
     tight = step(0.1)
     assert tight["old_logps_from_trainer"] == 1
+    assert tight["sampled_logp_gap"] > 0.19  # measured before the sampled ones were replaced
     assert olds[-1] < 1e-5  # the trainer's own (lr 0: nothing moved)
     with pytest.raises(ValueError, match="max_logp_gap must be >= 0"):
         config(max_logp_gap=-1.0).validate()

@@ -26,7 +26,8 @@ Each step reads top to bottom:
    rounding means generation played other weights or another precision than the trainer.
    Before a step that needs old log-probs, the gap is measured on its first micro-batch; over
    `max_logp_gap` (sampling in bf16 on a GPU: about 0.1), every episode's old log-probs come
-   from the trainer's own forward instead (one more forward pass; `old_logps_from_trainer`).
+   from the trainer's own forward instead (one more forward pass; `old_logps_from_trainer`),
+   and `sampled_logp_gap` is what that micro-batch measured (the sampled log-probs are gone).
 4. log (`metrics.jsonl`, and the trackers of `tracking.log_with`), checkpoint, next step.
 
 The reference (kl_coef > 0) is the model as given, before any update: a frozen copy, or with
@@ -269,16 +270,17 @@ def update(
 ) -> dict[str, float]:
     """The optimizer steps of one rollout batch; the step's loss numbers, averaged per token."""
     from_trainer = False
+    gap = 0.0  # the largest |sampled - trainer| log-prob seen, before any is replaced
     if config.minibatches > 1 or config.epochs > 1:
         size = config.micro_batch_size
-        from_trainer = sampled_gap(net, episodes[:size], accelerator.device) > config.max_logp_gap
+        gap = sampled_gap(net, episodes[:size], accelerator.device)
+        from_trainer = gap > config.max_logp_gap
         episodes = rescored(net, episodes, accelerator.device, size, every=from_trainer)
     rng = random.Random(derive(seed, "minibatches", step))
     order = list(range(len(episodes)))
     sums: dict[str, float] = {}
     total_tokens = 0.0
     grad_norms: list[float] = []
-    gap = 0.0
     for epoch in range(config.epochs):
         rng.shuffle(order)
         for m, part in enumerate(split(order, config.minibatches)):
@@ -304,12 +306,13 @@ def update(
                     if on_policy:
                         # Nothing changed since sampling: the ratio is exactly 1.
                         old = logps.detach()
-                        # Rows whose context the budget cut (here or in a prompt they were
-                        # sampled from) were sampled in another context than they are
-                        # scored in: their gap says nothing.
-                        same = mask.bool() & batch["full_context"][:, None]
-                        diff = torch.where(same, (logps.detach() - sampled).abs(), 0.0)
-                        gap = max(gap, float(diff.max()) if diff.numel() else 0.0)
+                        if not from_trainer:  # else `sampled` is this forward's own
+                            # Rows whose context the budget cut (here or in a prompt they
+                            # were sampled from) were sampled in another context than they
+                            # are scored in: their gap says nothing.
+                            same = mask.bool() & batch["full_context"][:, None]
+                            diff = torch.where(same, (logps.detach() - sampled).abs(), 0.0)
+                            gap = max(gap, float(diff.max()) if diff.numel() else 0.0)
                     else:
                         old = sampled
                     ref = reference(accelerator, net, ref_net, batch) if config.kl_coef else None
