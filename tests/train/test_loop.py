@@ -283,3 +283,34 @@ def test_a_longer_run_sets_the_weights_alone_aside_and_trains_on_from_a_full_sta
     err = capsys.readouterr().err
     assert f"holds the weights alone of a run that ended at step {short.step}" in err
     assert longer.step == straight.step
+
+
+@pytest.mark.parametrize("method", ["sft", "dpo"])
+def test_a_finished_mixed_precision_run_frees_its_model_without_the_cyclic_collector(
+    tmp_path, sft_data, dpo_data, method
+):
+    """With mixed precision accelerate binds its forward to the wrapper on the instance (a
+    cycle): `loop.release` removes it, so that dropping the result frees the model at once,
+    not whenever Python next collects cycles (on a GPU: the weights, the optimizer's state)."""
+    import gc
+    import weakref
+
+    from tests.train.conftest import tiny_llama
+    from tests.train.test_dpo import dpo
+    from tests.train.test_sft import sft
+
+    gc.collect()
+    gc.disable()  # only reference counting frees anything below
+    try:
+        model = tiny_llama()
+        alive = weakref.ref(model)
+        bf16 = {"mixed_precision": "bf16"}
+        if method == "sft":
+            result = sft(model, sft_data[:8], tmp_path, epochs=1, device=EXACT, compute=bf16)
+        else:
+            result = dpo(model, dpo_data[:8], tmp_path, compute=bf16)
+        assert result.model is model and result.history
+        del model, result
+        assert alive() is None
+    finally:
+        gc.enable()
