@@ -37,10 +37,10 @@
 #   BUDGET_S=540        seconds for the whole script (keep it under the call's timeout_s)
 #   MIN_PART_S=45       a part with less left than this is skipped
 #   CAP_GPU_TESTS=240 CAP_ROLLOUT=150 CAP_ROLLOUT_GRAPHS=180 CAP_MODEL=90 CAP_DPO=90
-#   CAP_GPU_TESTS: 42 s on ddf3c25, eager; since graphs became the CUDA default the tests
-#                  that decode with `auto` compile their steps: 240, a guess
-#   CAP_MODEL_COMPILE=200 (never run on a GPU yet: a guess; each of ours' child runs compiles)
-#   CAP_DPO_COMPILE=200 (never run on a GPU yet: a guess; each of its two child runs compiles)
+#   CAP_GPU_TESTS: 42 s on ddf3c25, eager; 100 s on 2b149dc (H200), its tests decoding
+#                  with `auto`, graphs there, each compiling its steps
+#   CAP_MODEL_COMPILE=200 (128 s on 2b149dc, H200: ours' two child runs compile, 23 and 33 s)
+#   CAP_DPO_COMPILE=200 (139 s on ddf3c25, H100; 146 s on 2b149dc, H200)
 #   CAP_GRPO=60 CAP_SUITE=200         each part's own cap, seconds (measured on an H200,
 #                                     2026-11-26: 55, 80, 65-124, 34, 42, 32, ~100)
 #   CAP_LEARNING=420                  the learning part's (never run on a GPU yet)
