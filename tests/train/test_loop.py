@@ -285,26 +285,31 @@ def test_a_longer_run_sets_the_weights_alone_aside_and_trains_on_from_a_full_sta
     assert longer.step == straight.step
 
 
-@pytest.mark.parametrize("method", ["sft", "dpo"])
+@pytest.mark.parametrize("method, compiled", [("sft", False), ("dpo", False), ("dpo", True)])
 def test_a_finished_mixed_precision_run_frees_its_model_without_the_cyclic_collector(
-    tmp_path, sft_data, dpo_data, method
+    tmp_path, sft_data, dpo_data, monkeypatch, method, compiled
 ):
     """With mixed precision accelerate binds its forward to the wrapper on the instance (a
     cycle): `loop.release` removes it, so that dropping the result frees the model at once,
-    not whenever Python next collects cycles (on a GPU: the weights, the optimizer's state)."""
+    not whenever Python next collects cycles (on a GPU: the weights, the optimizer's state).
+    Compiled layers (the speed benchmarks' warm-up runs) hold nothing of it either."""
     import gc
     import weakref
 
+    import coevo.train.model as model_module
     from tests.train.conftest import tiny_llama
     from tests.train.test_dpo import dpo
     from tests.train.test_sft import sft
 
+    if compiled:
+        torch._dynamo.reset()
+        monkeypatch.setattr(model_module, "COMPILE_BACKEND", "aot_eager")  # seconds, no C++
     gc.collect()
     gc.disable()  # only reference counting frees anything below
     try:
         model = tiny_llama()
         alive = weakref.ref(model)
-        bf16 = {"mixed_precision": "bf16"}
+        bf16 = {"mixed_precision": "bf16", "compile": compiled}
         if method == "sft":
             result = sft(model, sft_data[:8], tmp_path, epochs=1, device=EXACT, compute=bf16)
         else:
