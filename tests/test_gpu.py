@@ -84,6 +84,38 @@ def test_a_bf16_trainer_step_on_cuda_lowers_the_loss_and_moves_every_weight(trai
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, losses
 
 
+def test_auto_compiles_a_long_sft_stage_on_cuda_and_it_learns_what_eager_learns(
+    tmp_path, monkeypatch
+):
+    """`compute.compile=auto` on CUDA for a stage of COMPILE_TOKENS planned tokens (lowered
+    here to every stage): the layers run compiled (inductor), the losses follow eager's."""
+    import random
+
+    import coevo.train.model as model_module
+    from coevo.train.settings import Compute, Optim
+    from coevo.train.sft import SftConfig, train_sft
+    from tests.train.conftest import random_seq, tiny_llama
+
+    rng = random.Random(2)
+    data = [random_seq(rng) for _ in range(24)]
+
+    def losses(compile_setting, folder):
+        config = SftConfig(epochs=2, batch_size=4, progress=False, optim=Optim(lr=3e-3),
+                           compute=Compute(compile=compile_setting))  # fmt: skip
+        result = train_sft(tiny_llama(), data, config, output_dir=tmp_path / folder)
+        return [r["loss"] for r in result.history if "loss" in r]
+
+    eager = losses(False, "eager")
+    monkeypatch.setattr(model_module, "COMPILE_TOKENS", 1)
+    built = []
+    original = model_module.CompiledLayers.__init__
+    monkeypatch.setattr(model_module.CompiledLayers, "__init__",
+                        lambda self, *a, **k: built.append(1) or original(self, *a, **k))  # fmt: skip
+    compiled = losses("auto", "auto")
+    assert built, "auto did not compile a stage over COMPILE_TOKENS on CUDA"
+    assert compiled == pytest.approx(eager, rel=0.05, abs=0.02)  # bf16: orders of sums differ
+
+
 def test_a_grpo_step_on_cuda_measures_its_bf16_gap_and_takes_old_logps_from_the_trainer(
     nano_model_dir, tmp_path
 ):

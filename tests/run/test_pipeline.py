@@ -189,6 +189,8 @@ def test_a_run_resumes_with_memory_and_time_settings_changed(tmp_path):
     assert saved_pipeline(tmp_path, rows).done("explore-1")  # time only: same run
     threads = {**rows, "model": {"cpu_threads": 2}}
     assert saved_pipeline(tmp_path, threads).done("explore-1")  # time only: same run
+    compiled = {**rows, "dpo": {**rows["dpo"], "compute": {"compile": "auto"}}}
+    assert saved_pipeline(tmp_path, compiled).done("explore-1")  # time only: same run
     sized = {**rows, "model": {"size": "small"}}
     with pytest.raises(RunDirError, match=r"model.size"):
         saved_pipeline(tmp_path, sized)

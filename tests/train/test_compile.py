@@ -94,3 +94,60 @@ def test_compiled_layers_are_in_place_only_while_log_probs_are_computed(compiles
 class _NoLayers(torch.nn.Module):
     def get_decoder(self) -> torch.nn.Module:
         return torch.nn.Linear(2, 2)
+
+
+def test_auto_compiles_a_long_enough_stage_on_a_gpu_only():
+    """`compute.compile=auto`: on CUDA from COMPILE_TOKENS planned tokens on; never on the CPU
+    or where the tokens are not known ahead (GRPO); true / false as set."""
+    from coevo.train.model import COMPILE_TOKENS, compiling
+
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert compiling("auto", cuda, COMPILE_TOKENS)
+    assert not compiling("auto", cuda, COMPILE_TOKENS - 1)
+    assert not compiling("auto", cpu, 100 * COMPILE_TOKENS)
+    assert not compiling("auto", cuda, None)
+    assert compiling(True, cpu, 0) and not compiling(False, cuda, 100 * COMPILE_TOKENS)
+
+
+def test_a_stage_plans_its_examples_tokens_times_its_epochs_or_its_steps():
+    from coevo.train import loop
+    from coevo.train.dpo import DpoConfig
+    from coevo.train.sft import SftConfig
+
+    lengths = [100, 300]  # mean 200
+    assert loop.planned(lengths, SftConfig(epochs=3)) == 1200
+    # dpo.steps sets the length: 10 steps of batch_size 4 examples of the mean length
+    assert loop.planned(lengths, DpoConfig(steps=10, batch_size=4)) == 8000
+
+
+def test_auto_on_the_cpu_trains_uncompiled_however_long_the_stage(
+    tmp_path, sft_data, compiles, monkeypatch
+):
+    from coevo.config import ConfigError, build
+    from coevo.train.settings import Compute
+
+    assert build(Compute, {"compile": "auto"}).compile == "auto" == Compute().compile
+    with pytest.raises(ConfigError, match="compile"):
+        build(Compute, {"compile": "yes"})
+    monkeypatch.setattr(model_module, "COMPILE_TOKENS", 1)  # every stage is long enough
+    sft(tiny_llama(), sft_data[:8], tmp_path, epochs=1, device=EXACT)
+    assert compiles.frame_count == 0
+
+
+def test_where_auto_decides_to_compile_the_stage_compiles_and_says_so(
+    tmp_path, sft_data, compiles, monkeypatch, capsys
+):
+    """The trainer hands `compiling` the setting, its device and the planned tokens, and
+    compiles when told to (as on a GPU for a long stage), saying so."""
+    from coevo.train import loop
+
+    asked = []
+    monkeypatch.setattr(loop, "compiling", lambda *a: asked.append(a) or True)
+    examples = sft_data[:8]
+    sft(tiny_llama(), examples, tmp_path, epochs=2, device=EXACT)
+    planned = 2 * sum(len(e.input_ids) for e in examples)
+    assert [(s, d.type, n) for s, d, n in asked] == [("auto", "cpu", planned)]
+    assert compiles.frame_count >= 1
+    assert f"compute.compile=auto: decoder layers compiled ({planned:,} tokens" in (
+        capsys.readouterr().out
+    )

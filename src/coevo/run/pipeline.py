@@ -361,9 +361,12 @@ def _rank(key: str) -> int:
 # more CPU threads for a run left alone on the machine (threads split the same sums), or
 # another decoding loop (greedy and seeded sampled replies equal the eager loop's:
 # tests/policy/test_static_decode.py), e.g. eager for a GPU whose graphs fail, or
+# compiled decoder layers while training (the losses eager's: tests/train/test_compile.py;
+# runs saved with `false` go on under the default `auto`), or
 # which checkpoints stay on disk for other runs to start from.
 FREE_KEYS = (
     "compute.gradient_checkpointing",
+    "compute.compile",
     "checkpoints.keep_stage_ends",
     "dpo.shared_prefix",
     "sft.packing",

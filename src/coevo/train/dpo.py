@@ -123,7 +123,11 @@ def train_dpo(
     )
     accelerator = out.accelerator
     live = config.reference == "live"
-    net, ref_net, optimizer = loop.prepare_model(model, config, accelerator, reference=live)
+    sides = [len(e.chosen.input_ids) + len(e.rejected.input_ids) for e in examples]
+    planned = loop.planned(sides, config)
+    net, ref_net, optimizer = loop.prepare_model(
+        model, config, accelerator, reference=live, planned_tokens=planned
+    )
     nets = [accelerator.unwrap_model(net), *([ref_net] if ref_net is not None else [])]
     forked = config.shared_prefix and all(n.can_fork() for n in nets)
     collate = collate_forked if forked else collate_dpo

@@ -47,6 +47,7 @@ from coevo.progress import bar
 from coevo.train.batches import LengthBatches
 from coevo.train.model import (
     AgentLogps,
+    compiling,
     finish_model,
     frozen_copy,
     is_lora,
@@ -122,18 +123,29 @@ def begin(
 
 
 def prepare_model(
-    model: Any, config: TrainerConfig, accelerator: Accelerator, *, reference: bool = False
+    model: Any,
+    config: TrainerConfig,
+    accelerator: Accelerator,
+    *,
+    reference: bool = False,
+    planned_tokens: int | None = None,
 ) -> tuple[nn.Module, nn.Module | None, torch.optim.Optimizer]:
     """(the model to train as a prepared `AgentLogps`, the frozen reference or None, AdamW).
 
     `reference`: the model as given, before any update, stays as the reference: a frozen copy,
     or with LoRA nothing (the base model with the adapters off is the reference, so None).
+    `planned_tokens` (`planned`): what `compute.compile=auto` decides on (`compiling`).
     """
     model = load_model(model)
     ref_net = AgentLogps(frozen_copy(model)) if reference and config.lora.r == 0 else None
-    net = AgentLogps(
-        trainable(model, config.compute, config.lora), compile_layers=config.compute.compile
-    )
+    setting = config.compute.compile
+    compiled = compiling(setting, accelerator.device, planned_tokens)
+    if compiled and setting == "auto":
+        accelerator.print(
+            f"compute.compile=auto: decoder layers compiled ({planned_tokens:,} tokens planned "
+            f"on {accelerator.device.type}; the first steps wait for the compiler)"
+        )
+    net = AgentLogps(trainable(model, config.compute, config.lora), compile_layers=compiled)
     optimizer = make_optimizer(net, config.optim, accelerator.device)
     net, optimizer = accelerator.prepare(net, optimizer)
     if ref_net is not None:
@@ -646,6 +658,17 @@ def finish(
     accelerator.wait_for_everyone()
     release(accelerator, net)
     return TrainResult(model=model, history=list(out.history), step=step, output_dir=out.root)
+
+
+def planned(lengths: Sequence[int], config: TrainerConfig) -> int:
+    """The tokens a stage plans to run, over all processes: its examples' `lengths` times its
+    epochs, or, where `steps` sets its length (`dpo.steps`), steps x examples per step x
+    their mean length."""
+    steps = getattr(config, "steps", None)
+    if steps:
+        per_step = getattr(config, "batch_size", 1) * getattr(config, "grad_accum", 1)
+        return int(steps * per_step * sum(lengths) / max(len(lengths), 1))
+    return sum(lengths) * getattr(config, "epochs", 1)
 
 
 def release(accelerator: Accelerator, net: nn.Module) -> None:

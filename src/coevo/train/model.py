@@ -160,6 +160,23 @@ COMPILE_BACKEND = "inductor"
 """torch.compile's backend for `CompiledLayers`."""
 
 
+COMPILE_TOKENS = 4_000_000
+"""`compute.compile=auto` compiles a stage that plans at least this many tokens (all sides of
+all examples, times the epochs) on a GPU. Past the break-even of the measured runs (random
+weights of SmolLM2-135M's shape, bf16, benchmarks/results/*-cuda.md): SFT compiled 48,236
+tokens per wall second padded against 27,612 eager on an H200, after 33 s of compiling (about
+2.1 M tokens to pay it back); DPO 51,470 against 22,003 on an H100, after 87 s (about 3.3 M)."""
+
+
+def compiling(setting: bool | str, device: torch.device, planned_tokens: int | None) -> bool:
+    """Whether a stage runs its decoder layers compiled (`compute.compile`): true / false as
+    set; `auto` on a CUDA device for `planned_tokens` >= `COMPILE_TOKENS` (None: not known
+    ahead, as for GRPO, so not compiled)."""
+    if setting != "auto":
+        return bool(setting)
+    return device.type == "cuda" and planned_tokens is not None and planned_tokens >= COMPILE_TOKENS
+
+
 class CompiledLayers:
     """A model's decoder layers with their forward compiled (`torch.compile`, shapes dynamic),
     put in place only while `AgentLogps` computes (`with compiled:`), so that whatever else

@@ -94,11 +94,14 @@ class Compute:
     """`auto` (bf16 on a GPU that has it, else off), `no`, `bf16` or `fp16`."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: far less memory, about a third more time."""
-    compile: bool = False
+    compile: bool | Literal["auto"] = "auto"
     """Run the decoder layers compiled while training (`torch.compile`, shapes dynamic;
     `coevo.train.model.CompiledLayers`): fewer kernel launches on a GPU, where a small model's
-    step waits on them, for a compilation at the first step (tens of seconds on a GPU). Off
-    by default: not yet measured on a GPU (`benchmarks/dpo_speed.py --compile`)."""
+    step waits on them, for a compilation at the first step (20-90 s on a GPU). Measured on an
+    H100 and an H200: DPO 2.6-3.0x TRL's tokens/s compiled against 1.1x eager, SFT 2.7-3.3x
+    (benchmarks/results/*-cuda.md). `auto` compiles where that pays back: on a GPU, for a
+    stage that plans at least `coevo.train.model.COMPILE_TOKENS` tokens (`compiling`); never
+    on the CPU, nor for GRPO (its tokens are not known ahead). true / false: always / never."""
     train_layers: int = 0
     """Train only the top N decoder layers (with LoRA: put adapters only there); 0 trains all.
     The backward pass stops below them, so a step costs much less (measured in

@@ -81,11 +81,13 @@ def train_sft(
         config, output_dir, seed, device, resume=resume, stop_after_steps=stop_after_steps
     )
     accelerator = out.accelerator
-    net, _, optimizer = loop.prepare_model(model, config, accelerator)
+    lengths = [len(e.input_ids) for e in examples]
+    net, _, optimizer = loop.prepare_model(
+        model, config, accelerator, planned_tokens=loop.planned(lengths, config)
+    )
     packed = accelerator.device.type == "cpu" if config.packing is None else config.packing
     fork = accelerator.unwrap_model(net).can_fork()
     collate = collate_packed if packed and fork else collate_sft
-    lengths = [len(e.input_ids) for e in examples]
     passes = loop.Passes(examples, lengths, collate, config, accelerator, seed)
     total_steps = passes.total_steps
     scheduler = loop.make_scheduler(accelerator, optimizer, config.optim, total_steps)
