@@ -89,6 +89,7 @@ def test_compiled_layers_are_in_place_only_while_log_probs_are_computed(compiles
     assert compiles.frame_count == compiled_once
     with pytest.raises(ValueError, match="compute.compile needs a decoder with `layers`"):
         CompiledLayers(_NoLayers())
+    assert CompiledLayers.fits(model) and not CompiledLayers.fits(_NoLayers())  # `auto` asks
 
 
 class _NoLayers(torch.nn.Module):

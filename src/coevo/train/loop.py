@@ -47,6 +47,7 @@ from coevo.progress import bar
 from coevo.train.batches import LengthBatches
 from coevo.train.model import (
     AgentLogps,
+    CompiledLayers,
     compiling,
     finish_model,
     frozen_copy,
@@ -138,14 +139,17 @@ def prepare_model(
     """
     model = load_model(model)
     ref_net = AgentLogps(frozen_copy(model)) if reference and config.lora.r == 0 else None
+    model = trainable(model, config.compute, config.lora)
     setting = config.compute.compile
     compiled = compiling(setting, accelerator.device, planned_tokens)
-    if compiled and setting == "auto":
-        accelerator.print(
-            f"compute.compile=auto: decoder layers compiled ({planned_tokens:,} tokens planned "
-            f"on {accelerator.device.type}; the first steps wait for the compiler)"
-        )
-    net = AgentLogps(trainable(model, config.compute, config.lora), compile_layers=compiled)
+    if setting == "auto" and compiled:
+        compiled = CompiledLayers.fits(model)  # `auto` never fails for a model it cannot do
+        if compiled:
+            accelerator.print(
+                f"compute.compile=auto: decoder layers compiled ({planned_tokens:,} tokens "
+                f"planned on {accelerator.device.type}; the first steps wait for the compiler)"
+            )
+    net = AgentLogps(model, compile_layers=compiled)
     optimizer = make_optimizer(net, config.optim, accelerator.device)
     net, optimizer = accelerator.prepare(net, optimizer)
     if ref_net is not None:

@@ -191,6 +191,13 @@ class CompiledLayers:
     (5.24), and never runs after the layers are put back. `backend`: torch.compile's
     (`COMPILE_BACKEND` unless given; tests use a cheap one)."""
 
+    @staticmethod
+    def fits(model: nn.Module) -> bool:
+        """Whether `model` (or, with LoRA, its base) has decoder layers to compile."""
+        base = model.get_base_model() if is_lora(model) else model
+        decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
+        return getattr(decoder, "layers", None) is not None
+
     def __init__(self, model: nn.Module, backend: str | None = None) -> None:
         layers = getattr(model.get_decoder(), "layers", None)
         if layers is None:
