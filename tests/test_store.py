@@ -65,6 +65,32 @@ def test_trajectories_and_pairs_round_trip(tmp_path):
         assert reopened.label == "run"
 
 
+def test_a_batch_another_process_commits_while_one_reads_never_breaks_the_read(tmp_path):
+    """Processes of one run share the store: a batch of new tasks and trajectories committed
+    between a reader's queries (here forced between them) is read whole or not at all."""
+    with Store(tmp_path / "run") as store, Store(tmp_path / "run") as other:
+        store.add_trajectories([make_trajectory(0, 0.0)], stage="eval-0")
+        late = make_trajectory(1, 1.0, split="test_seen")  # a task the reader has not seen
+        execute = store._db.execute
+        calls = []
+
+        class Db:  # the reader's connection, with the other process's commit after a query
+            def execute(self, sql, *args):
+                got = execute(sql, *args)
+                calls.append(sql)
+                if len(calls) == 1:
+                    other.add_trajectories([late], stage="eval-0")
+                return got
+
+        db, store._db = store._db, Db()
+        try:
+            read = store.trajectories(stage="eval-0")
+        finally:
+            store._db = db
+        assert len(calls) == 2  # the rows and the tasks: the commit came between them
+        assert read in ([make_trajectory(0, 0.0)], [make_trajectory(0, 0.0), late])
+
+
 def test_a_failing_batch_leaves_no_trace(tmp_path):
     good = [make_trajectory(i, 1.0) for i in range(3)]
     bad = good[0].with_metadata(unserialisable=object())

@@ -406,8 +406,10 @@ class Store:
         if where:
             sql += " WHERE " + " AND ".join(where)
         with self._guard():
-            tasks = self._tasks()
             rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
+            # After the rows: a batch another process commits in between (its tasks with it,
+            # `add_trajectories`) is then either not among the rows or among the tasks.
+            tasks = self._tasks()
         for row in rows:
             yield self._row_to_stored(row, tasks)
 
