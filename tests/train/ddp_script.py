@@ -32,6 +32,19 @@ def main(out: str, batch_size: int, grad_accum: int) -> None:
         }
         with open(f"{out}/summary.json", "w") as f:
             json.dump(summary, f)
+    end_processes()
+
+
+def end_processes() -> None:
+    """Take the process group down before the interpreter exits, as `coevo run` does
+    (`coevo.run.processes.Processes.end`): left to the exit, a process whose gloo threads are
+    still joinable can abort ("terminate called without an active exception": seen once in CI
+    on a busy machine, rank 1 after both trainers had finished)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
