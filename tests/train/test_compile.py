@@ -117,6 +117,7 @@ def test_a_stage_plans_its_examples_tokens_times_its_epochs_or_its_steps():
 
     lengths = [100, 300]  # mean 200
     assert loop.planned(lengths, SftConfig(epochs=3)) == 1200
+    assert loop.planned(lengths, SftConfig(epochs=3), processes=2) == 600  # each its share
     # dpo.steps sets the length: 10 steps of batch_size 4 examples of the mean length
     assert loop.planned(lengths, DpoConfig(steps=10, batch_size=4)) == 8000
 
@@ -149,6 +150,6 @@ def test_where_auto_decides_to_compile_the_stage_compiles_and_says_so(
     planned = 2 * sum(len(e.input_ids) for e in examples)
     assert [(s, d.type, n) for s, d, n in asked] == [("auto", "cpu", planned)]
     assert compiles.frame_count >= 1
-    assert f"compute.compile=auto: decoder layers compiled ({planned:,} tokens" in (
+    assert f"compute.compile=auto: decoder layers compiled ({planned:,} tokens planned per" in (
         capsys.readouterr().out
     )

@@ -124,7 +124,7 @@ def train_dpo(
     accelerator = out.accelerator
     live = config.reference == "live"
     sides = [len(e.chosen.input_ids) + len(e.rejected.input_ids) for e in examples]
-    planned = loop.planned(sides, config)
+    planned = loop.planned(sides, config, accelerator.num_processes)
     net, ref_net, optimizer = loop.prepare_model(
         model, config, accelerator, reference=live, planned_tokens=planned
     )

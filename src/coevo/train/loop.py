@@ -147,7 +147,8 @@ def prepare_model(
         if compiled:
             accelerator.print(
                 f"compute.compile=auto: decoder layers compiled ({planned_tokens:,} tokens "
-                f"planned on {accelerator.device.type}; the first steps wait for the compiler)"
+                f"planned per process on {accelerator.device.type}; the first steps wait for "
+                "the compiler)"
             )
     net = AgentLogps(model, compile_layers=compiled)
     optimizer = make_optimizer(net, config.optim, accelerator.device)
@@ -664,15 +665,15 @@ def finish(
     return TrainResult(model=model, history=list(out.history), step=step, output_dir=out.root)
 
 
-def planned(lengths: Sequence[int], config: TrainerConfig) -> int:
-    """The tokens a stage plans to run, over all processes: its examples' `lengths` times its
-    epochs, or, where `steps` sets its length (`dpo.steps`), steps x examples per step x
-    their mean length."""
+def planned(lengths: Sequence[int], config: TrainerConfig, processes: int = 1) -> int:
+    """The tokens one of `processes` plans to run in a stage (what its compiling pays back
+    on): its share of the examples' `lengths` times the epochs, or, where `steps` sets the
+    stage's length (`dpo.steps`), steps x its examples per step x their mean length."""
     steps = getattr(config, "steps", None)
     if steps:
         per_step = getattr(config, "batch_size", 1) * getattr(config, "grad_accum", 1)
         return int(steps * per_step * sum(lengths) / max(len(lengths), 1))
-    return sum(lengths) * getattr(config, "epochs", 1)
+    return sum(lengths) * getattr(config, "epochs", 1) // max(processes, 1)
 
 
 def release(accelerator: Accelerator, net: nn.Module) -> None:

@@ -82,8 +82,9 @@ def train_sft(
     )
     accelerator = out.accelerator
     lengths = [len(e.input_ids) for e in examples]
+    processes = accelerator.num_processes
     net, _, optimizer = loop.prepare_model(
-        model, config, accelerator, planned_tokens=loop.planned(lengths, config)
+        model, config, accelerator, planned_tokens=loop.planned(lengths, config, processes)
     )
     packed = accelerator.device.type == "cpu" if config.packing is None else config.packing
     fork = accelerator.unwrap_model(net).can_fork()
