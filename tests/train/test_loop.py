@@ -291,7 +291,7 @@ def test_a_finished_mixed_precision_run_frees_its_model_without_the_cyclic_colle
 ):
     """With mixed precision accelerate binds its forward to the wrapper on the instance (a
     cycle): `loop.release` removes it, so that dropping the result frees the model at once,
-    not whenever Python next collects cycles (on a GPU: the weights, the optimizer's state).
+    not whenever Python next collects cycles (on a GPU: its weights, beside the next run's).
     Compiled layers (the speed benchmarks' warm-up runs) hold nothing of it either."""
     import gc
     import weakref

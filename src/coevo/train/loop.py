@@ -677,12 +677,12 @@ def planned(lengths: Sequence[int], config: TrainerConfig, processes: int = 1) -
 
 
 def release(accelerator: Accelerator, net: nn.Module) -> None:
-    """Let the run's wrapper, optimizer and their tensors go when the call returns.
+    """Let the run's model go as soon as the caller drops the result.
 
     With mixed precision, accelerate sets the wrapper's `forward` (and `_original_forward`) on
     the instance as methods bound to the instance itself: a reference cycle, which only
     Python's cyclic collector frees, whenever it next runs; until then a finished run's
-    weights and optimizer state would stay on the GPU beside the next run's. Here the
+    weights would stay on the GPU beside the next run's. Here the
     instance attributes go (the class's forward again), so that dropping the result frees
     the model at once. (Found on an H200: a compiled speed benchmark's timed call began with
     one more float32 copy of the weights allocated than TRL's, its warm-up run's.)"""
