@@ -8,6 +8,7 @@ import random
 import sys
 from dataclasses import replace
 
+from coevo.run.processes import Processes
 from coevo.train.batches import DpoExample
 from coevo.train.dpo import DpoConfig, train_dpo
 from coevo.train.settings import Optim
@@ -32,19 +33,10 @@ def main(out: str, batch_size: int, grad_accum: int) -> None:
         }
         with open(f"{out}/summary.json", "w") as f:
             json.dump(summary, f)
-    end_processes()
-
-
-def end_processes() -> None:
-    """Take the process group down before the interpreter exits, as `coevo run` does
-    (`coevo.run.processes.Processes.end`): left to the exit, a process whose gloo threads are
-    still joinable can abort ("terminate called without an active exception": seen once in CI
-    on a busy machine, rank 1 after both trainers had finished)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    # The process group goes down before the interpreter exits, as `coevo run` takes it down:
+    # left to the exit, a process whose gloo threads are still joinable can abort
+    # ("terminate called without an active exception", seen once in CI on a busy machine).
+    Processes(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))).end()
 
 
 if __name__ == "__main__":

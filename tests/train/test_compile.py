@@ -89,7 +89,6 @@ def test_compiled_layers_are_in_place_only_while_log_probs_are_computed(compiles
     assert compiles.frame_count == compiled_once
     with pytest.raises(ValueError, match="compute.compile needs a decoder with `layers`"):
         CompiledLayers(_NoLayers())
-    assert CompiledLayers.fits(model) and not CompiledLayers.fits(_NoLayers())  # `auto` asks
 
 
 class _NoLayers(torch.nn.Module):
@@ -103,11 +102,13 @@ def test_auto_compiles_a_long_enough_stage_on_a_gpu_only():
     from coevo.train.model import COMPILE_TOKENS, compiling
 
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
-    assert compiling("auto", cuda, COMPILE_TOKENS)
-    assert not compiling("auto", cuda, COMPILE_TOKENS - 1)
-    assert not compiling("auto", cpu, 100 * COMPILE_TOKENS)
-    assert not compiling("auto", cuda, None)
-    assert compiling(True, cpu, 0) and not compiling(False, cuda, 100 * COMPILE_TOKENS)
+    model = tiny_llama()
+    assert compiling("auto", model, cuda, COMPILE_TOKENS)
+    assert not compiling("auto", model, cuda, COMPILE_TOKENS - 1)
+    assert not compiling("auto", model, cpu, 100 * COMPILE_TOKENS)
+    assert not compiling("auto", model, cuda, None)
+    assert not compiling("auto", _NoLayers(), cuda, COMPILE_TOKENS)  # nothing to compile
+    assert compiling(True, model, cpu, 0) and not compiling(False, model, cuda, COMPILE_TOKENS)
 
 
 def test_a_stage_plans_its_examples_tokens_times_its_epochs_or_its_steps():
@@ -148,7 +149,7 @@ def test_where_auto_decides_to_compile_the_stage_compiles_and_says_so(
     examples = sft_data[:8]
     sft(tiny_llama(), examples, tmp_path, epochs=2, device=EXACT)
     planned = 2 * sum(len(e.input_ids) for e in examples)
-    assert [(s, d.type, n) for s, d, n in asked] == [("auto", "cpu", planned)]
+    assert [(s, d.type, n) for s, _, d, n in asked] == [("auto", "cpu", planned)]
     assert compiles.frame_count >= 1
     assert f"compute.compile=auto: decoder layers compiled ({planned:,} tokens planned per" in (
         capsys.readouterr().out

@@ -47,7 +47,6 @@ from coevo.progress import bar
 from coevo.train.batches import LengthBatches
 from coevo.train.model import (
     AgentLogps,
-    CompiledLayers,
     compiling,
     finish_model,
     frozen_copy,
@@ -141,15 +140,12 @@ def prepare_model(
     ref_net = AgentLogps(frozen_copy(model)) if reference and config.lora.r == 0 else None
     model = trainable(model, config.compute, config.lora)
     setting = config.compute.compile
-    compiled = compiling(setting, accelerator.device, planned_tokens)
-    if setting == "auto" and compiled:
-        compiled = CompiledLayers.fits(model)  # `auto` never fails for a model it cannot do
-        if compiled:
-            accelerator.print(
-                f"compute.compile=auto: decoder layers compiled ({planned_tokens:,} tokens "
-                f"planned per process on {accelerator.device.type}; the first steps wait for "
-                "the compiler)"
-            )
+    compiled = compiling(setting, model, accelerator.device, planned_tokens)
+    if compiled and setting == "auto":
+        accelerator.print(
+            f"compute.compile=auto: decoder layers compiled ({planned_tokens:,} tokens planned "
+            f"per process on {accelerator.device.type}; the first steps wait for the compiler)"
+        )
     net = AgentLogps(model, compile_layers=compiled)
     optimizer = make_optimizer(net, config.optim, accelerator.device)
     net, optimizer = accelerator.prepare(net, optimizer)

@@ -169,13 +169,21 @@ after 33 s of compiling (about 2.1 M tokens to pay it back); DPO 51,470 against 
 H100 (ddf3c25 and 4d06cd9), after 87 s (about 3.3 M)."""
 
 
-def compiling(setting: bool | str, device: torch.device, planned_tokens: int | None) -> bool:
-    """Whether a stage runs its decoder layers compiled (`compute.compile`): true / false as
-    set; `auto` on a CUDA device for `planned_tokens` >= `COMPILE_TOKENS` (None: not known
-    ahead, as for GRPO, so not compiled)."""
+def compiling(
+    setting: bool | str, model: nn.Module, device: torch.device, planned_tokens: int | None
+) -> bool:
+    """Whether a stage runs `model`'s decoder layers compiled (`compute.compile`): true /
+    false as set; `auto` on a CUDA device for `planned_tokens` >= `COMPILE_TOKENS` (None: not
+    known ahead, as for GRPO, so not compiled) and a model it can compile
+    (`CompiledLayers.fits`: `auto` never fails a stage its user did not ask to compile)."""
     if setting != "auto":
         return bool(setting)
-    return device.type == "cuda" and planned_tokens is not None and planned_tokens >= COMPILE_TOKENS
+    return (
+        device.type == "cuda"
+        and planned_tokens is not None
+        and planned_tokens >= COMPILE_TOKENS
+        and CompiledLayers.fits(model)
+    )
 
 
 class CompiledLayers:
