@@ -48,8 +48,10 @@ one batch of the same tasks' opening prompts (--batch-size of them), greedy, --m
 ours (`HFPolicy.generate`) against transformers' own `model.generate` on a second copy of the
 model (left-padded, `min_new_tokens` = `max_new_tokens` so every row decodes them all), eager
 and with `cache_implementation="static"` (its own torch.compile). Each way is called once to
-warm up (its seconds shown: the static cache's compile), then timed: ms per decode step
-(seconds / the longest reply's tokens) and tokens/s (generated tokens / seconds), as in issue 37.
+warm up (its seconds shown: the static cache's compile), then timed --decode-repeats times
+(default 5): the median call's ms per decode step (seconds / the longest reply's tokens) and
+tokens/s (generated tokens / seconds), as in issue 37, and the fastest and slowest call. One more
+call of ours is split into its prefill, its decode loop and the rest.
 
 Writes benchmarks/results/rollout_speed.md (cuda runs: rollout_speed-cuda.md, laid out the
 same way): a nano or --model DIR run rewrites the top of the file (its notes included, as
@@ -66,7 +68,7 @@ import time
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 
 import torch
 import yaml
@@ -80,6 +82,7 @@ from coevo.lengths import common_prefix
 from coevo.policy.base import Sampling
 from coevo.policy.hf import HFPolicy
 from coevo.policy.models import PRETRAINED, get_model
+from coevo.policy.static_decode import Decoding
 from coevo.render import Conversation, render_prompt
 from coevo.rollout import rollout
 from coevo.seeds import derive, episode_seed
@@ -138,9 +141,9 @@ def one_at_a_time(policy, env, tasks, sampling, seed):
 
 
 class Breakdown:
-    """Wall seconds and calls of the methods a lockstep rollout spends its time in, while it is
-    open, the device synchronised before and after each call (so a call's seconds hold the
-    device work it queued)."""
+    """Wall seconds and calls of the methods a lockstep rollout spends its time in (or the
+    `targets` given), while it is open, the device synchronised before and after each call (so
+    a call's seconds hold the device work it queued)."""
 
     TARGETS = (  # (owner, method, label)
         (HFPolicy, "generate", "generate"),
@@ -149,14 +152,14 @@ class Breakdown:
         (Conversation, "prompt", "render"),
     )
 
-    def __init__(self, device: str) -> None:
-        self.device = device
-        self.seconds = {label: 0.0 for _, _, label in self.TARGETS}
+    def __init__(self, device: str, targets: tuple = TARGETS) -> None:
+        self.device, self.targets = device, targets
+        self.seconds = {label: 0.0 for _, _, label in targets}
         self.calls = dict.fromkeys(self.seconds, 0)
 
     def __enter__(self) -> Breakdown:
-        self.saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in self.TARGETS]
-        for owner, name, label in self.TARGETS:
+        self.saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in self.targets]
+        for owner, name, label in self.targets:
             setattr(owner, name, self._timed(owner.__dict__[name], label))
         return self
 
@@ -229,6 +232,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--ours-only",
         action="store_true",
         help="on cuda, leave transformers' generate out of the decode table",
+    )
+    parser.add_argument(
+        "--decode-repeats",
+        type=int,
+        default=5,
+        help="on cuda, timed calls of each way in the decode table (median shown; default 5)",
     )
     parser.add_argument("--workers", type=int, help="compare N Ray env workers with in-process")
     parser.add_argument("--env", default="sciworld", help="the env of --workers (default sciworld)")
@@ -623,27 +632,63 @@ def decode_table(policy, theirs, env, tasks, args: argparse.Namespace) -> list[s
                 transformers_generate(cache_implementation="static"),
             ),
         ]
+    repeats = args.decode_repeats
     lines = [
         f"Decoding alone: {len(prompts)} opening prompts (mean {mean(map(len, prompts)):.0f}, "
         f"longest {width} tokens), greedy, max_new_tokens {n}; each way warmed up by one call "
-        "first (its seconds: warm-up, the static cache's compile included).",
+        f"first (its seconds: warm-up, the static cache's compile included), then timed "
+        f"{repeats} times: the median call, and the fastest and slowest.",
         "",
         "| way | warm-up s | seconds | decode steps | tokens | ms per decode step | tokens/s "
-        "| peak GPU MB above the loaded models |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| peak GPU MB above the loaded models | fastest-slowest s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for label, call in ways:
         with clock(device) as warm:
             call()
-        with gpu_peak(device) as peak, clock(device) as took:
-            steps, tokens = call()
-        sec = took["wall"]
+        times = []
+        with gpu_peak(device) as peak:
+            for _ in range(repeats):
+                with clock(device) as took:
+                    steps, tokens = call()
+                times.append(took["wall"])
+        sec = median(times)
         memory = f"{peak['peak_gpu_mb'] - peak['before_gpu_mb']:,.0f}" if peak else ""
         lines.append(
-            f"| {label} | {warm['wall']:.1f} | {sec:.2f} | {steps} | {tokens:,} | "
-            f"{1000 * sec / steps:.1f} | {tokens / sec:,.0f} | {memory} |"
+            f"| {label} | {warm['wall']:.1f} | {sec:.3f} | {steps} | {tokens:,} | "
+            f"{1000 * sec / steps:.2f} | {tokens / sec:,.0f} | {memory} | "
+            f"{min(times):.3f}-{max(times):.3f} |"
         )
-    return lines
+    return [*lines, "", decode_split(device, ours)]
+
+
+def decode_split(device: str, ours) -> str:
+    """Where one more of ours' calls spends its time: the prefill, the decode loop (the
+    fixed-shape loop's `Decoding.advance`; without it, the call less its prefill) and the
+    rest of the call, the device synchronised around each part."""
+    targets = (
+        (HFPolicy, "generate", "generate"),
+        (HFPolicy, "_prefill", "prefill"),
+        (Decoding, "advance", "loop"),
+    )
+    with Breakdown(device, targets) as split:
+        steps, _ = ours()
+    ms = {label: 1000 * sec for label, sec in split.seconds.items()}
+    line = (
+        "Ours split, one more call (the device synchronised around each part): "
+        f"prefill {ms['prefill']:.1f} ms"
+    )
+    if not split.calls["loop"]:  # the eager loop: the call less its prefill
+        loop = ms["generate"] - ms["prefill"]
+        return f"{line}, decoding (the call less it) {loop:.1f} ms ({loop / steps:.2f} ms a step)."
+    rest = ms["generate"] - ms["prefill"] - ms["loop"]
+    # The first token comes from the prefill's logits: the loop runs the other steps.
+    per_step = ms["loop"] / max(steps - 1, 1)
+    return (
+        f"{line}, the decode loop {ms['loop']:.1f} ms ({per_step:.2f} ms a step over {steps - 1}"
+        f" steps, {split.calls['loop']} host syncs), the rest of the call {rest:.1f} ms (setting"
+        " up, reading tokens back, detokenising)."
+    )
 
 
 def describe_model(model: str) -> str:

@@ -202,7 +202,7 @@ def test_the_decoding_table_times_ours_and_transformers_on_the_same_prompts(
         theirs,
         env,
         env.tasks("train"),
-        Namespace(batch_size=2, max_new_tokens=4, ours_only=False),
+        Namespace(batch_size=2, max_new_tokens=4, ours_only=False, decode_repeats=3),
     )
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
     assert [r.split(" | ")[0] for r in rows] == [
@@ -210,9 +210,36 @@ def test_the_decoding_table_times_ours_and_transformers_on_the_same_prompts(
         "| transformers `generate`, eager",
         '| transformers `generate`, `cache_implementation="static"`',
     ]
+    for row in rows:
+        cells = row.split(" | ")
+        fastest, slowest = map(float, cells[-1].strip(" |").split("-"))
+        assert fastest <= float(cells[2]) <= slowest  # the median of the timed calls
     for row in rows[1:]:
         cells = row.split(" | ")
         assert cells[3:5] == ["4", "8"]  # decode steps, tokens: 2 prompts x 4
+    assert "timed 3 times" in lines[0]
+    assert lines[-1].startswith("Ours split, one more call")
+    assert "decoding (the call less it)" in lines[-1]  # the eager loop has no advance
+
+
+def test_the_decoding_table_splits_the_fixed_shape_loop_of_ours(bench, nano_model_dir, one_thread):
+    """With decode="static" the split times the loop itself (`Decoding.advance`) apart from
+    the prefill and the rest, and puts every method it wrapped back."""
+    from argparse import Namespace
+
+    from coevo.policy.hf import HFPolicy
+    from coevo.policy.static_decode import Decoding
+    from tests.toy_env import ToyEnv
+
+    rollout = bench("rollout_speed")
+    policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu", decode="static")
+    advance, prefill = Decoding.advance, HFPolicy._prefill
+    env = ToyEnv()
+    args = Namespace(batch_size=2, max_new_tokens=4, ours_only=True, decode_repeats=1)
+    lines = rollout.decode_table(policy, None, env, env.tasks("train"), args)
+    split = lines[-1]
+    assert "the decode loop" in split and "ms a step over 3 steps" in split, split
+    assert Decoding.advance is advance and HFPolicy._prefill is prefill
 
 
 def test_the_decoding_table_can_time_ours_alone(bench, nano_model_dir, one_thread):
@@ -224,7 +251,7 @@ def test_the_decoding_table_can_time_ours_alone(bench, nano_model_dir, one_threa
     rollout = bench("rollout_speed")
     policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu")
     env = ToyEnv()
-    args = Namespace(batch_size=2, max_new_tokens=4, ours_only=True)
+    args = Namespace(batch_size=2, max_new_tokens=4, ours_only=True, decode_repeats=1)
     lines = rollout.decode_table(policy, None, env, env.tasks("train"), args)
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
     assert [r.split(" | ")[0] for r in rows] == ["| coevo `HFPolicy.generate`, eager"]
