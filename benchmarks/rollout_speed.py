@@ -51,7 +51,8 @@ and with `cache_implementation="static"` (its own torch.compile). Each way is ca
 warm up (its seconds shown: the static cache's compile), then timed --decode-repeats times
 (default 5): the median call's ms per decode step (seconds / the longest reply's tokens) and
 tokens/s (generated tokens / seconds), as in issue 37, and the fastest and slowest call. One more
-call of ours is split into its prefill, its decode loop and the rest.
+call of ours is split into its prefill, its decode loop and the rest; with --profile-decode
+one more runs under torch.profiler (kernels per decode step, the ones that take the most time).
 
 Writes benchmarks/results/rollout_speed.md (cuda runs: rollout_speed-cuda.md, laid out the
 same way): a nano or --model DIR run rewrites the top of the file (its notes included, as
@@ -73,7 +74,7 @@ from statistics import mean, median
 import torch
 import yaml
 from machine import DEVICES, check_device, describe, gpu_name, results_file
-from measure import clock, gpu_peak
+from measure import clock, gpu_peak, sync
 
 from coevo.envs import make
 from coevo.envs.conversation import observation_message, opening_message
@@ -238,6 +239,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=5,
         help="on cuda, timed calls of each way in the decode table (median shown; default 5)",
+    )
+    parser.add_argument(
+        "--profile-decode",
+        action="store_true",
+        help="on cuda, profile one more decode call of ours (torch.profiler): kernels per "
+        "decode step and the ones that take the most GPU time",
     )
     parser.add_argument("--workers", type=int, help="compare N Ray env workers with in-process")
     parser.add_argument("--env", default="sciworld", help="the env of --workers (default sciworld)")
@@ -659,7 +666,13 @@ def decode_table(policy, theirs, env, tasks, args: argparse.Namespace) -> list[s
             f"{1000 * sec / steps:.2f} | {tokens / sec:,.0f} | {memory} | "
             f"{min(times):.3f}-{max(times):.3f} |"
         )
-    return [*lines, "", decode_split(device, ours)]
+    lines += ["", decode_split(device, ours)]
+    if args.profile_decode:
+        try:
+            lines += ["", *decode_profile(device, ours)]
+        except Exception as exc:  # noqa: BLE001 - the profiler's failure must not cost the table
+            lines += ["", f"Ours profiled: the profiler failed ({type(exc).__name__}: {exc})."]
+    return lines
 
 
 def decode_split(device: str, ours) -> str:
@@ -689,6 +702,44 @@ def decode_split(device: str, ours) -> str:
         f" steps, {split.calls['loop']} host syncs), the rest of the call {rest:.1f} ms (setting"
         " up, reading tokens back, detokenising)."
     )
+
+
+def decode_profile(device: str, ours, top: int = 12) -> list[str]:
+    """One more of ours' calls under torch.profiler: how many kernels a decode step runs and
+    the `top` that take the most time (on cuda the GPU's, kernels replayed from a CUDA graph
+    included where CUPTI reports them; on the CPU every operator's own CPU time)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        steps, _ = ours()
+        sync(device)
+    if cuda:
+        kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA]
+        own = {e.key: e.self_device_time_total for e in kernels}
+        what = "GPU kernels (CUDA graph replays included where CUPTI reports them)"
+    else:
+        kernels = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+        own = {e.key: e.self_cpu_time_total for e in kernels}
+        what = "aten operator calls (nested ones counted too; their own CPU time)"
+    total_us = sum(own.values()) or 1.0
+    calls = sum(e.count for e in kernels)
+    ranked = sorted(kernels, key=lambda e: own[e.key], reverse=True)[:top]
+    return [
+        f"Ours profiled, one more call (torch.profiler): {calls:,} {what}, "
+        f"{calls / steps:,.0f} per decode step, {total_us / 1000:.1f} ms in all; the {top} "
+        "with the most time:",
+        "",
+        "| kernel | calls | ms | share |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| `{e.key[:90]}` | {e.count:,} | {own[e.key] / 1000:.2f} | "
+            f"{own[e.key] / total_us:.0%} |"
+            for e in ranked
+        ),
+    ]
 
 
 def describe_model(model: str) -> str:

@@ -10,7 +10,7 @@
 # Parts, always run in this order (most wanted first), whatever order they are named in:
 #   gpu-tests       pytest -m gpu tests (every gpu-marked test)            -> gpu-tests.log
 #   rollout         benchmarks/rollout_speed.py --device cuda (eager decode, writes results)
-#   rollout-graphs  the same with COEVO_DECODE=graphs, --ours-only --no-write, dynamo's
+#   rollout-graphs  the same with COEVO_DECODE=graphs, --ours-only --no-write --profile-decode, dynamo's
 #                   recompiles logged (appended to rollout.log)
 #   model           benchmarks/model_speed.py --device cuda                -> model.log
 #   model-compile   the same with --compile (ours' layers compiled, warmed up untimed) -> model.log
@@ -373,7 +373,7 @@ for part in "${ORDER[@]}"; do
         # shellcheck disable=SC2086
         run_part rollout-graphs "${BENCH_ENV[@]}" COEVO_DECODE=graphs TORCH_LOGS=recompiles "$PY" \
             benchmarks/rollout_speed.py --device cuda --model "$MODEL" $ROLLOUT_ARGS --no-write \
-            --ours-only
+            --ours-only --profile-decode
         ;;
     model)
         # shellcheck disable=SC2086

@@ -202,7 +202,9 @@ def test_the_decoding_table_times_ours_and_transformers_on_the_same_prompts(
         theirs,
         env,
         env.tasks("train"),
-        Namespace(batch_size=2, max_new_tokens=4, ours_only=False, decode_repeats=3),
+        Namespace(
+            batch_size=2, max_new_tokens=4, ours_only=False, decode_repeats=3, profile_decode=False
+        ),
     )
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
     assert [r.split(" | ")[0] for r in rows] == [
@@ -235,11 +237,39 @@ def test_the_decoding_table_splits_the_fixed_shape_loop_of_ours(bench, nano_mode
     policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu", decode="static")
     advance, prefill = Decoding.advance, HFPolicy._prefill
     env = ToyEnv()
-    args = Namespace(batch_size=2, max_new_tokens=4, ours_only=True, decode_repeats=1)
+    args = Namespace(
+        batch_size=2, max_new_tokens=4, ours_only=True, decode_repeats=1, profile_decode=False
+    )
     lines = rollout.decode_table(policy, None, env, env.tasks("train"), args)
     split = lines[-1]
     assert "the decode loop" in split and "ms a step over 3 steps" in split, split
     assert Decoding.advance is advance and HFPolicy._prefill is prefill
+
+
+def test_the_decoding_profile_counts_what_a_step_runs(bench, nano_model_dir, one_thread):
+    """--profile-decode: one more call of ours under torch.profiler; on the CPU its table
+    ranks aten operators by their own time, the model's matrix products among them."""
+    from argparse import Namespace
+
+    from coevo.policy.hf import HFPolicy
+    from tests.toy_env import ToyEnv
+
+    rollout = bench("rollout_speed")
+    policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu")
+    env = ToyEnv()
+    args = Namespace(
+        batch_size=2, max_new_tokens=4, ours_only=True, decode_repeats=1, profile_decode=True
+    )
+    lines = rollout.decode_table(policy, None, env, env.tasks("train"), args)
+    at = next(i for i, line in enumerate(lines) if line.startswith("Ours profiled"))
+    assert "per decode step" in lines[at]
+    rows = [line for line in lines[at + 3 :] if line.startswith("| `")]
+    assert 1 <= len(rows) <= 12
+    names = [row.split("`")[1] for row in rows]
+    assert all(name.startswith("aten::") for name in names)
+    assert {"aten::addmm", "aten::mm", "aten::linear"} & set(names)
+    shares = [int(row.rsplit("|", 2)[1].strip(" %")) for row in rows]
+    assert shares == sorted(shares, reverse=True)
 
 
 def test_the_decoding_table_can_time_ours_alone(bench, nano_model_dir, one_thread):
@@ -251,7 +281,9 @@ def test_the_decoding_table_can_time_ours_alone(bench, nano_model_dir, one_threa
     rollout = bench("rollout_speed")
     policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu")
     env = ToyEnv()
-    args = Namespace(batch_size=2, max_new_tokens=4, ours_only=True, decode_repeats=1)
+    args = Namespace(
+        batch_size=2, max_new_tokens=4, ours_only=True, decode_repeats=1, profile_decode=False
+    )
     lines = rollout.decode_table(policy, None, env, env.tasks("train"), args)
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
     assert [r.split(" | ")[0] for r in rows] == ["| coevo `HFPolicy.generate`, eager"]
@@ -355,3 +387,29 @@ def test_grpo_speed_passes_ours_decoding_loop_to_its_child(bench, monkeypatch, t
     grpo.child("ours", tmp_path, grpo.parse_args(["--decode", "eager"]))
     assert calls[-1][calls[-1].index("--decode") + 1] == "eager"
     assert grpo.parse_args([]).decode == "auto"  # graphs on cuda, as a run decodes there
+
+
+def test_a_failing_profiler_costs_the_decoding_table_nothing(
+    bench, nano_model_dir, one_thread, monkeypatch
+):
+    from argparse import Namespace
+
+    from coevo.policy.hf import HFPolicy
+    from tests.toy_env import ToyEnv
+
+    rollout = bench("rollout_speed")
+
+    def broken(device, ours):
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    monkeypatch.setattr(rollout, "decode_profile", broken)
+    policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu")
+    env = ToyEnv()
+    args = Namespace(
+        batch_size=2, max_new_tokens=4, ours_only=True, decode_repeats=1, profile_decode=True
+    )
+    lines = rollout.decode_table(policy, None, env, env.tasks("train"), args)
+    assert lines[-1] == (
+        "Ours profiled: the profiler failed (RuntimeError: CUPTI_ERROR_NOT_INITIALIZED)."
+    )
+    assert any(line.startswith("| coevo `HFPolicy.generate`") for line in lines)
