@@ -12,6 +12,8 @@
 #   rollout         benchmarks/rollout_speed.py --device cuda (eager decode, writes results)
 #   rollout-graphs  the same with COEVO_DECODE=graphs, --ours-only --no-write --profile-decode, dynamo's
 #                   recompiles logged (appended to rollout.log)
+#   fused           benchmarks/fused_decode.py --device cuda: graphs decoding as it is and with
+#                   q/k/v and gate/up fused, a probe (appended to rollout.log; named on its own)
 #   model           benchmarks/model_speed.py --device cuda                -> model.log
 #   model-compile   the same with --compile (ours' layers compiled, warmed up untimed) -> model.log
 #   dpo             benchmarks/dpo_speed.py --device cuda                  -> dpo.log
@@ -23,8 +25,9 @@
 #                   `WITH_MODEL=1 prepare.sh`, carried by two calls on one warm machine); runs in
 #                   $GPU_TMP/learning-runs resume in a later call; archives and learning-cuda.md
 #                   come back in results.tar.gz                           -> learning.log
-# Groups: tests = gpu-tests suite; decode = rollout rollout-graphs;
-# train = model model-compile dpo dpo-compile grpo; all = every part but learning (named on its own).
+# Groups: tests = gpu-tests suite; decode = rollout rollout-graphs fused;
+# train = model model-compile dpo dpo-compile grpo; all = every part but fused and learning (each
+# named on its own).
 #
 # Each part runs under its own `timeout` (its cap, or what is left of BUDGET_S seconds for the
 # whole script if less; a part with under MIN_PART_S left is skipped and says so), so one
@@ -41,6 +44,7 @@
 #                  with `auto`, graphs there, each compiling its steps
 #   CAP_MODEL_COMPILE=200 (128 s on 2b149dc, H200: ours' two child runs compile, 23 and 33 s)
 #   CAP_DPO_COMPILE=200 (139 s on ddf3c25, H100; 146 s on 2b149dc, H200)
+#   CAP_FUSED=150 (not yet run: two compiles and captures of the decode step, about 45 s each)
 #   CAP_GRPO=60 CAP_SUITE=200         each part's own cap, seconds (measured on an H200,
 #                                     2026-11-26: 55, 80, 65-124, 34, 42, 32, ~100)
 #   CAP_LEARNING=420                  the learning part's (never run on a GPU yet)
@@ -84,17 +88,17 @@ PRETRAINED_CACHE=$TMPROOT/gpu-cache-pretrained  # COEVO_CACHE of the learning pa
 LEARNING_RUNS=$TMPROOT/learning-runs    # the learning part's runs (resumed by a later call)
 
 ALL=(gpu-tests rollout rollout-graphs model model-compile dpo dpo-compile grpo suite)
-ORDER=("${ALL[@]}" learning)
+ORDER=(gpu-tests rollout rollout-graphs fused model model-compile dpo dpo-compile grpo suite learning)
 declare -A CAP=(
     [gpu-tests]=${CAP_GPU_TESTS:-240} [rollout]=${CAP_ROLLOUT:-150}
-    [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [model]=${CAP_MODEL:-90}
+    [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [fused]=${CAP_FUSED:-150} [model]=${CAP_MODEL:-90}
     [model-compile]=${CAP_MODEL_COMPILE:-200}
     [dpo]=${CAP_DPO:-90} [dpo-compile]=${CAP_DPO_COMPILE:-200} [grpo]=${CAP_GRPO:-60}
     [suite]=${CAP_SUITE:-200}
     [learning]=${CAP_LEARNING:-420}
 )
 declare -A LOG=(
-    [gpu-tests]=gpu-tests [rollout]=rollout [rollout-graphs]=rollout [model]=model [dpo]=dpo
+    [gpu-tests]=gpu-tests [rollout]=rollout [rollout-graphs]=rollout [fused]=rollout [model]=model [dpo]=dpo
     [model-compile]=model [dpo-compile]=dpo
     [grpo]=grpo [suite]=suite [learning]=learning
 )
@@ -106,10 +110,10 @@ for arg in "$@"; do
     case "$arg" in
     all) for p in "${ALL[@]}"; do WANT[$p]=1; done ;;
     tests) WANT[gpu-tests]=1 WANT[suite]=1 ;;
-    decode) WANT[rollout]=1 WANT[rollout-graphs]=1 ;;
+    decode) WANT[rollout]=1 WANT[rollout-graphs]=1 WANT[fused]=1 ;;
     train) WANT[model]=1 WANT[model-compile]=1 WANT[dpo]=1 WANT[dpo-compile]=1 WANT[grpo]=1 ;;
-    gpu-tests | rollout | rollout-graphs | model | model-compile | dpo | dpo-compile | grpo | suite | \
-        learning)
+    gpu-tests | rollout | rollout-graphs | fused | model | model-compile | dpo | dpo-compile | grpo | \
+        suite | learning)
         WANT[$arg]=1
         ;;
     *)
@@ -374,6 +378,10 @@ for part in "${ORDER[@]}"; do
         run_part rollout-graphs "${BENCH_ENV[@]}" COEVO_DECODE=graphs TORCH_LOGS=recompiles "$PY" \
             benchmarks/rollout_speed.py --device cuda --model "$MODEL" $ROLLOUT_ARGS --no-write \
             --ours-only --profile-decode
+        ;;
+    fused)
+        run_part fused "${BENCH_ENV[@]}" "$PY" benchmarks/fused_decode.py --device cuda \
+            --model "$MODEL"
         ;;
     model)
         # shellcheck disable=SC2086

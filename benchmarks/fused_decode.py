@@ -1,0 +1,143 @@
+"""A probe for issue 37's decode goal: would fusing the projections that read the same input
+(q/k/v, gate/up) cut the decode step enough to matter?
+
+    python benchmarks/fused_decode.py --device cuda --model DIR     # a SmolLM2-shaped checkpoint
+    python benchmarks/fused_decode.py                                # a fresh nano, on the CPU
+
+A decode step of a small model at batch 64 is many small kernels (30 layers of about a dozen
+each on SmolLM2-135M), so its time is their count more than their work. Fusing q, k and v into
+one matrix product and gate and up into another takes three of a layer's seven products away.
+This probe times `HFPolicy.generate` (decode `graphs` on cuda: compiled and captured; `static`
+on the CPU) on the opening prompts of --batch-size shop tasks, greedy, as
+`rollout_speed.py`'s decode table does: once as it is and once on a second copy of the model
+whose fused layers read one matrix product (its weights copied once, before the first call: a
+probe, not a way to train). Each way is warmed up by one call, then timed --repeats times (the
+median shown); the replies of the two ways are compared token by token. Prints only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from statistics import median
+
+import torch
+from machine import DEVICES, check_device, describe
+from measure import clock
+from rollout_speed import opening_prompts
+
+from coevo.envs import make
+from coevo.policy.base import Sampling
+from coevo.policy.hf import HFPolicy
+
+GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+"""Linear layers of one module that read the same input, called in this order."""
+
+
+def fuse(linears: Sequence[torch.nn.Linear]) -> None:
+    """Make `linears` (called in order, on the same input) run one matrix product: the first
+    computes every output and keeps the others' parts for their calls."""
+    weight = torch.cat([layer.weight.detach() for layer in linears])
+    biases = [layer.bias for layer in linears]
+    bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])  # type: ignore[union-attr]
+    sizes = [layer.out_features for layer in linears]
+    parts: list[torch.Tensor] = []
+
+    def first(x: torch.Tensor) -> torch.Tensor:
+        parts[:] = torch.nn.functional.linear(x, weight, bias).split(sizes, dim=-1)
+        return parts[0]
+
+    def part(i: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        return lambda x: parts[i]
+
+    linears[0].forward = first  # type: ignore[method-assign]
+    for i, layer in enumerate(linears[1:], start=1):
+        layer.forward = part(i)  # type: ignore[method-assign]
+
+
+def fuse_model(model: torch.nn.Module) -> int:
+    """Fuse every group of `GROUPS` found in `model`'s modules; returns how many."""
+    count = 0
+    for module in model.modules():
+        for names in GROUPS:
+            found = [getattr(module, n, None) for n in names]
+            if all(isinstance(f, torch.nn.Linear) for f in found):
+                fuse(found)  # type: ignore[arg-type]
+                count += 1
+    return count
+
+
+def timed(policy: HFPolicy, prompts, sampling: Sampling, repeats: int, device: str):
+    """(warm-up seconds, median seconds, fastest, slowest, the replies' token ids)."""
+    with clock(device) as warm:
+        policy.generate(prompts, sampling)
+    times, replies = [], []
+    for _ in range(repeats):
+        with clock(device) as took:
+            replies = [c.token_ids for c in policy.generate(prompts, sampling)]
+        times.append(took["wall"])
+    return warm["wall"], median(times), min(times), max(times), replies
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="a checkpoint dir; default: a fresh nano")
+    parser.add_argument("--device", choices=DEVICES, default="cpu")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch's CPU threads (default 1)")
+    args = parser.parse_args(argv)
+    check_device(args.device)
+    torch.set_num_threads(args.threads)
+    cpu = args.device == "cpu"
+    env = make("shop")
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(args.model) if args.model else Path(tmp) / "nano"
+        if args.model is None:
+            from coevo.policy.tiny import init_model
+
+            init_model(env, "nano", model_dir, seed=0)
+        load = dict(
+            dtype="float32" if cpu else "bfloat16",
+            device=args.device,
+            decode="static" if cpu else "graphs",
+        )
+        plain = HFPolicy(model_dir, **load)
+        fused = HFPolicy(model_dir, **load)
+    groups = fuse_model(fused.model)
+    if not groups:
+        raise SystemExit("No q/k/v or gate/up projections found to fuse in this model.")
+    tasks = env.tasks("train")[: args.batch_size]
+    prompts = opening_prompts(plain, env, tasks, args.max_new_tokens)
+    sampling = Sampling(temperature=0.0, max_new_tokens=args.max_new_tokens, logprobs=True)
+    lines = [
+        f"Fused projections probe: {describe(args.device)}; decode {plain.decode}; "
+        f"{len(prompts)} shop opening prompts, greedy, max_new_tokens {args.max_new_tokens}; "
+        f"{groups} groups fused; each way warmed up once, then the median of {args.repeats} calls.",
+        "",
+        "| way | warm-up s | seconds | fastest-slowest s | decode steps | ms per decode step |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    replies = {}
+    for label, policy in (("as it is", plain), ("q/k/v and gate/up fused", fused)):
+        warm, sec, fast, slow, replies[label] = timed(
+            policy, prompts, sampling, args.repeats, args.device
+        )
+        steps = max(map(len, replies[label]))
+        lines.append(
+            f"| {label} | {warm:.1f} | {sec:.3f} | {fast:.3f}-{slow:.3f} | {steps} | "
+            f"{1000 * sec / steps:.2f} |"
+        )
+    a, b = replies.values()
+    same = sum(x == y for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=False))
+    total = sum(max(len(ra), len(rb)) for ra, rb in zip(a, b, strict=True))
+    lines += ["", f"Replies: {same:,} of {total:,} tokens the same in both ways."]
+    print("\n".join(lines))
+    return lines
+
+
+if __name__ == "__main__":
+    main()
