@@ -436,5 +436,6 @@ def test_the_fused_decode_probe_replies_as_the_model_does(bench, nano_model_dir)
     lines = fused_decode.main([*args, "--repeats", "1"])
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
     assert [r.split(" | ")[0] for r in rows] == ["| as it is", "| q/k/v and gate/up fused"]
+    assert all(r.endswith("| none |") for r in rows)  # no fallback: the static loop ran
     assert "decode static" in lines[0]
     assert lines[-1] == "Replies: 15 of 15 tokens the same in both ways."
