@@ -184,28 +184,29 @@ def test_rollout_speed_runs_on_cuda(tmp_path):
     assert out.stdout.strip().splitlines()[-1].startswith("speedup: ")
 
 
-def test_the_decoding_table_times_ours_and_transformers_on_the_same_prompts(
-    bench, nano_model_dir, one_thread
-):
-    """The cuda-only table, run on the CPU: three ways, every transformers row decodes all."""
+def decode_lines(bench, model_dir, theirs=False, decode="auto", **options):
+    """rollout_speed's decode table (cuda's, run here on the CPU) for two ToyEnv prompts of 4
+    new tokens, with a second copy of the model for transformers' rows when `theirs`."""
     from argparse import Namespace
 
     from coevo.policy.hf import HFPolicy
     from tests.toy_env import ToyEnv
 
     rollout = bench("rollout_speed")
-    policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu")
-    theirs = rollout.load_copy(nano_model_dir, policy)
+    policy = HFPolicy(model_dir, dtype="float32", device="cpu", decode=decode)
+    copy = rollout.load_copy(model_dir, policy) if theirs else None
     env = ToyEnv()
-    lines = rollout.decode_table(
-        policy,
-        theirs,
-        env,
-        env.tasks("train"),
-        Namespace(
-            batch_size=2, max_new_tokens=4, ours_only=False, decode_repeats=3, profile_decode=False
-        ),
-    )
+    args = dict(batch_size=2, max_new_tokens=4, ours_only=not theirs, decode_repeats=1)
+    args.update(profile_decode=False)
+    args.update(options)
+    return rollout.decode_table(policy, copy, env, env.tasks("train"), Namespace(**args))
+
+
+def test_the_decoding_table_times_ours_and_transformers_on_the_same_prompts(
+    bench, nano_model_dir, one_thread
+):
+    """The cuda-only table, run on the CPU: three ways, every transformers row decodes all."""
+    lines = decode_lines(bench, nano_model_dir, theirs=True, decode_repeats=3)
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
     assert [r.split(" | ")[0] for r in rows] == [
         "| coevo `HFPolicy.generate`, eager",
@@ -227,20 +228,11 @@ def test_the_decoding_table_times_ours_and_transformers_on_the_same_prompts(
 def test_the_decoding_table_splits_the_fixed_shape_loop_of_ours(bench, nano_model_dir, one_thread):
     """With decode="static" the split times the loop itself (`Decoding.advance`) apart from
     the prefill and the rest, and puts every method it wrapped back."""
-    from argparse import Namespace
-
     from coevo.policy.hf import HFPolicy
     from coevo.policy.static_decode import Decoding
-    from tests.toy_env import ToyEnv
 
-    rollout = bench("rollout_speed")
-    policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu", decode="static")
     advance, prefill = Decoding.advance, HFPolicy._prefill
-    env = ToyEnv()
-    args = Namespace(
-        batch_size=2, max_new_tokens=4, ours_only=True, decode_repeats=1, profile_decode=False
-    )
-    lines = rollout.decode_table(policy, None, env, env.tasks("train"), args)
+    lines = decode_lines(bench, nano_model_dir, decode="static")
     split = lines[-1]
     assert "the decode loop" in split and "ms a step over 3 steps" in split, split
     assert Decoding.advance is advance and HFPolicy._prefill is prefill
@@ -249,18 +241,7 @@ def test_the_decoding_table_splits_the_fixed_shape_loop_of_ours(bench, nano_mode
 def test_the_decoding_profile_counts_what_a_step_runs(bench, nano_model_dir, one_thread):
     """--profile-decode: one more call of ours under torch.profiler; on the CPU its table
     ranks aten operators by their own time, the model's matrix products among them."""
-    from argparse import Namespace
-
-    from coevo.policy.hf import HFPolicy
-    from tests.toy_env import ToyEnv
-
-    rollout = bench("rollout_speed")
-    policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu")
-    env = ToyEnv()
-    args = Namespace(
-        batch_size=2, max_new_tokens=4, ours_only=True, decode_repeats=1, profile_decode=True
-    )
-    lines = rollout.decode_table(policy, None, env, env.tasks("train"), args)
+    lines = decode_lines(bench, nano_model_dir, profile_decode=True)
     at = next(i for i, line in enumerate(lines) if line.startswith("Ours profiled"))
     assert "per decode step" in lines[at]
     rows = [line for line in lines[at + 3 :] if line.startswith("| `")]
@@ -273,18 +254,7 @@ def test_the_decoding_profile_counts_what_a_step_runs(bench, nano_model_dir, one
 
 
 def test_the_decoding_table_can_time_ours_alone(bench, nano_model_dir, one_thread):
-    from argparse import Namespace
-
-    from coevo.policy.hf import HFPolicy
-    from tests.toy_env import ToyEnv
-
-    rollout = bench("rollout_speed")
-    policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu")
-    env = ToyEnv()
-    args = Namespace(
-        batch_size=2, max_new_tokens=4, ours_only=True, decode_repeats=1, profile_decode=False
-    )
-    lines = rollout.decode_table(policy, None, env, env.tasks("train"), args)
+    lines = decode_lines(bench, nano_model_dir)
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
     assert [r.split(" | ")[0] for r in rows] == ["| coevo `HFPolicy.generate`, eager"]
 
@@ -392,23 +362,11 @@ def test_grpo_speed_passes_ours_decoding_loop_to_its_child(bench, monkeypatch, t
 def test_a_failing_profiler_costs_the_decoding_table_nothing(
     bench, nano_model_dir, one_thread, monkeypatch
 ):
-    from argparse import Namespace
-
-    from coevo.policy.hf import HFPolicy
-    from tests.toy_env import ToyEnv
-
-    rollout = bench("rollout_speed")
-
     def broken(device, ours):
         raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
 
-    monkeypatch.setattr(rollout, "decode_profile", broken)
-    policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu")
-    env = ToyEnv()
-    args = Namespace(
-        batch_size=2, max_new_tokens=4, ours_only=True, decode_repeats=1, profile_decode=True
-    )
-    lines = rollout.decode_table(policy, None, env, env.tasks("train"), args)
+    monkeypatch.setattr(bench("rollout_speed"), "decode_profile", broken)
+    lines = decode_lines(bench, nano_model_dir, profile_decode=True)
     assert lines[-1] == (
         "Ours profiled: the profiler failed (RuntimeError: CUPTI_ERROR_NOT_INITIALIZED)."
     )
