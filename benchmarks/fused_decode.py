@@ -25,7 +25,7 @@ from statistics import median
 
 import torch
 from machine import DEVICES, check_device, describe
-from measure import clock
+from measure import timed_calls
 from rollout_speed import opening_prompts
 
 from coevo.envs import make
@@ -67,18 +67,6 @@ def fuse_model(model: torch.nn.Module) -> int:
                 fuse(found)  # type: ignore[arg-type]
                 count += 1
     return count
-
-
-def timed(policy: HFPolicy, prompts, sampling: Sampling, repeats: int, device: str):
-    """(warm-up seconds, median seconds, fastest, slowest, the replies' token ids)."""
-    with clock(device) as warm:
-        policy.generate(prompts, sampling)
-    times, replies = [], []
-    for _ in range(repeats):
-        with clock(device) as took:
-            replies = [c.token_ids for c in policy.generate(prompts, sampling)]
-        times.append(took["wall"])
-    return warm["wall"], median(times), min(times), max(times), replies
 
 
 def main(argv: list[str] | None = None) -> list[str]:
@@ -124,9 +112,12 @@ def main(argv: list[str] | None = None) -> list[str]:
     ]
     replies = {}
     for label, policy in (("as it is", plain), ("q/k/v and gate/up fused", fused)):
-        warm, sec, fast, slow, replies[label] = timed(
-            policy, prompts, sampling, args.repeats, args.device
-        )
+
+        def call(policy=policy):
+            return [c.token_ids for c in policy.generate(prompts, sampling)]
+
+        warm, times, replies[label], _ = timed_calls(call, args.repeats, args.device)
+        sec, fast, slow = median(times), min(times), max(times)
         steps = max(map(len, replies[label]))
         # A step that failed to compile or capture ran uncompiled: its time is not the probe's.
         fallback = policy.decoder.fallback if policy.decoder is not None else None

@@ -23,9 +23,10 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 from machine import DEVICES
 
@@ -61,6 +62,27 @@ def clock(device: str = "cpu") -> Iterator[dict[str, float]]:
         sync(device)
         took["cpu"] = time.process_time() - cpu
         took["wall"] = time.perf_counter() - wall
+
+
+def timed_calls(
+    call: Callable[[], Any],
+    repeats: int,
+    device: str = "cpu",
+    around: Callable[[str], AbstractContextManager] | None = None,
+):
+    """Call `call` once to warm up, then `repeats` times, each timed by `clock`, inside
+    `around(device)` when given (e.g. `gpu_peak`: the timed calls' peak, not the warm-up's):
+    (the warm-up's wall seconds, each timed call's wall seconds, the last call's result, what
+    `around` yielded)."""
+    with clock(device) as warm:
+        call()
+    times, out = [], None
+    with around(device) if around is not None else nullcontext() as measured:
+        for _ in range(repeats):
+            with clock(device) as took:
+                out = call()
+            times.append(took["wall"])
+    return warm["wall"], times, out, measured
 
 
 @contextmanager

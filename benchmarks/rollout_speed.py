@@ -74,7 +74,7 @@ from statistics import mean, median
 import torch
 import yaml
 from machine import DEVICES, check_device, describe, gpu_name, results_file
-from measure import clock, gpu_peak, sync
+from measure import clock, gpu_peak, sync, timed_calls
 
 from coevo.envs import make
 from coevo.envs.conversation import observation_message, opening_message
@@ -651,18 +651,11 @@ def decode_table(policy, theirs, env, tasks, args: argparse.Namespace) -> list[s
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for label, call in ways:
-        with clock(device) as warm:
-            call()
-        times = []
-        with gpu_peak(device) as peak:
-            for _ in range(repeats):
-                with clock(device) as took:
-                    steps, tokens = call()
-                times.append(took["wall"])
+        warm, times, (steps, tokens), peak = timed_calls(call, repeats, device, around=gpu_peak)
         sec = median(times)
         memory = f"{peak['peak_gpu_mb'] - peak['before_gpu_mb']:,.0f}" if peak else ""
         lines.append(
-            f"| {label} | {warm['wall']:.1f} | {sec:.3f} | {steps} | {tokens:,} | "
+            f"| {label} | {warm:.1f} | {sec:.3f} | {steps} | {tokens:,} | "
             f"{1000 * sec / steps:.2f} | {tokens / sec:,.0f} | {memory} | "
             f"{min(times):.3f}-{max(times):.3f} |"
         )
