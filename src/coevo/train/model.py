@@ -162,11 +162,11 @@ COMPILE_BACKEND = "inductor"
 
 COMPILE_TOKENS = 4_000_000
 """`compute.compile=auto` compiles a stage that plans at least this many tokens per process
-(its share of all sides of all examples, times the epochs) on a GPU. Past the break-even of
-the measured runs (random weights of SmolLM2-135M's shape, bf16, benchmarks/results/*-cuda.md): SFT compiled 48,236
-tokens per wall second padded against 27,612 eager on an H200 (runs of 2b149dc and 9aa154a),
-after 33 s of compiling (about 2.1 M tokens to pay it back); DPO 51,470 against 22,003 on an
-H100 (ddf3c25 and 4d06cd9), after 87 s (about 3.3 M)."""
+(its share of all sides of all examples, times the epochs) on a GPU. Past the break-even of the
+measured runs (random weights of SmolLM2-135M's shape, bf16, benchmarks/results/*-cuda.md): SFT
+compiled 48,236 tokens per wall second padded against 27,612 eager on an H200 (runs of 2b149dc
+and 9aa154a), after 33 s of compiling (about 2.1 M tokens to pay it back); DPO 51,470 against
+22,003 on an H100 (ddf3c25 and 4d06cd9), after 87 s (about 3.3 M)."""
 
 
 def compiling(
