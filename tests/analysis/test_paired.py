@@ -61,6 +61,10 @@ def test_differences_are_paired_by_task_and_averaged_over_seeds(tmp_path):
     md = to_markdown(compare(runs))
     assert "| eto - sft | shop test_seen | +20.8 | 2 / 0 / 8 | 0.500 | none (2 seeds) |" in md
     assert "### Reward: each method minus sft's" in md and "sign-flip permutation" in md
+    # Seed by seed: seed 0's mean over its 4 paired tasks, seed 1's over its 6, each with the
+    # one task that went up.
+    assert "| eto - sft | shop test_seen | +25.0 (1 / 0) | +16.7 (1 / 0) |" in md
+    assert "| eto | shop test_seen | 50.0 | 50.0 |" in md  # the manifests' final scores
 
 
 def test_three_seeds_with_direct_contrasts(tmp_path):
@@ -98,6 +102,13 @@ def test_three_seeds_with_direct_contrasts(tmp_path):
     md = to_markdown(compare(runs))
     assert "| failure_agent - eto | shop test_seen | +70.0 | 12 / 0 / 3 | < 0.001 |" in md
     assert "| [+30.3, +129.7] | gain |" in md
+    # The seed means the interval above was taken over, with the tasks behind each.
+    per_seed = paired([read_run(r) for r in runs])["per_seed"]["failure_agent - sft"]
+    assert per_seed["shop test_seen"][1] == {"mean": pytest.approx(0.6), "up": 3, "down": 0}
+    assert (
+        "| failure_agent - sft | shop test_seen | +80.0 (4 / 0) | +60.0 (3 / 0) | +100.0 (5 / 0) |"
+        in md
+    )
 
 
 def test_a_method_without_its_seeds_baseline_is_left_out(tmp_path):
@@ -132,6 +143,7 @@ def test_compare_command_pairs_with_the_baseline_it_is_given(tmp_path):
     assert shown.exit_code == 0, shown.output
     row = "| eto - sft | shop test_seen | +50.0 | 1 / 0 / 1 | 1.000 | none (1 seed) | not shown "
     assert row + "| [+0.0, +100.0] | 1 |" in shown.stdout
+    assert "per seed" not in shown.stdout  # one seed: the averages table says it all
     plain = runner.invoke(app, ["compare", str(sft), str(eto), "--baseline", ""])
     assert plain.exit_code == 0 and "minus" not in plain.stdout
 

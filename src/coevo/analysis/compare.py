@@ -44,8 +44,9 @@ def compare(
     run_dirs: list[str | Path], metric: str = "reward", baseline: str | None = "sft"
 ) -> dict[str, Any]:
     """Tables as data: {"columns", "rows": {method: {column: [values]}}, "episodes": {method:
-    {column: n}}, "outcomes", "outcomes_per_iteration", "iterations", "behaviour", "rounds"
-    (agent_data's, per method), "paired" (comparisons with `baseline`'s runs and the direct
+    {column: n}}, "seed_scores": {method: {column: {seed: score}}}, "outcomes",
+    "outcomes_per_iteration", "iterations", "behaviour", "rounds" (agent_data's, per method),
+    "paired" (comparisons with `baseline`'s runs and the direct
     contrasts, `paired.paired`; None without a baseline), "runs", "skipped": [notes]}."""
     if metric not in METRICS:
         raise ValueError(f"--metric must be one of {', '.join(METRICS)}, not {metric!r}.")
@@ -70,6 +71,8 @@ def compare(
     behaviour: dict[str, dict[str, dict[int, dict[str, list[float]]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     )
+    # method -> column -> seed -> the run's final score
+    seed_scores: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     # method -> every round of its runs, each with its run's env and seed
     rounds: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
@@ -93,6 +96,7 @@ def compare(
                 columns.append(column)
             cells[column].append(float(getattr(scores, metric)))
             episodes[run.method][column] += scores.n
+            seed_scores[run.method][column][run.seed] = float(getattr(scores, metric))
         for agent, explorations in run.outcomes.items():
             for shares in explorations:
                 for name in OUTCOMES:
@@ -131,6 +135,7 @@ def compare(
             m: {c: {str(i): n for i, n in sorted(its.items())} for c, its in cols.items()}
             for m, cols in iteration_episodes.items()
         },
+        "seed_scores": {m: dict(c) for m, c in seed_scores.items()},
         "rounds": rounds,
         "paired": _ordered(paired(runs, baseline, metric), columns) if baseline else None,
         "runs": [r.path for r in runs],
@@ -175,6 +180,7 @@ def to_markdown(tables: dict[str, Any]) -> str:
     differences = paired_markdown(tables["paired"]) if tables.get("paired") else ""
     if differences:
         lines += ["", differences]
+    lines += per_seed_markdown(tables)
     iterations = tables.get("iterations") or {}
     if iterations:
         last = max(int(i) for cols in iterations.values() for its in cols.values() for i in its)
@@ -263,6 +269,54 @@ def to_markdown(tables: dict[str, Any]) -> str:
                 *markdown_table(["method / agent", "iteration", *out_columns], rows),
             ]
     return "\n".join(lines) + "\n"
+
+
+def per_seed_markdown(tables: dict[str, Any]) -> list[str]:
+    """Each run's score, and each paired difference, seed by seed (x100): the spread that the
+    seed-level interval sees and a mean ± std hides. [] when no method has 2 seeds."""
+    scores = tables.get("seed_scores") or {}
+    each = (tables.get("paired") or {}).get("per_seed") or {}
+    if not any(len(seeds) > 1 for cols in scores.values() for seeds in cols.values()):
+        return []
+    seeds = sorted({s for cols in scores.values() for by_seed in cols.values() for s in by_seed})
+    head = [f"s{s}" for s in seeds]
+    lines = [
+        "",
+        f"### {tables['metric'].capitalize()} per seed (x100; each run's last finished evaluation)",
+        "",
+        *markdown_table(
+            ["method", "split", *head],
+            [
+                [method, column, *(_score(by_seed.get(s)) for s in seeds)]
+                for method, cols in scores.items()
+                for column, by_seed in cols.items()
+                if len(by_seed) > 1
+            ],
+        ),
+    ]
+    rows = [
+        [name, column, *(_difference(by_seed.get(s)) for s in seeds)]
+        for name, cols in each.items()
+        for column, by_seed in cols.items()
+        if len(by_seed) > 1
+    ]
+    if rows:
+        lines += [
+            "",
+            "### Each seed's paired difference (x100; tasks up / down): the per-seed means the "
+            "seed-level interval is taken over",
+            "",
+            *markdown_table(["comparison", "split", *head], rows),
+        ]
+    return lines
+
+
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}"
+
+
+def _difference(cell: dict[str, Any] | None) -> str:
+    return "-" if cell is None else f"{cell['mean'] * 100:+.1f} ({cell['up']} / {cell['down']})"
 
 
 def _shares(cells: dict[str, list[float]], columns: list[str]) -> list[str]:

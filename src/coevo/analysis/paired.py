@@ -127,17 +127,16 @@ def label(method: str, reference: str) -> str:
     return f"{method} - {reference}"
 
 
-def paired_diffs(
+def seed_pairs(
     runs: list[RunSummary], baseline: str = "sft", metric: str = "reward"
-) -> tuple[list[str], dict[str, dict[str, list[torch.Tensor]]], list[str]]:
-    """(columns, {"method - reference": {column: one 1-D tensor of paired differences per
-    seed}}, notes) for each of `contrasts` whose reference run (same env and seed) is among
-    `runs`."""
+) -> tuple[list[tuple[str, str, int, torch.Tensor]], list[str]]:
+    """([("method - reference", column, seed, the 1-D tensor of that seed's paired
+    differences)], notes) for each of `contrasts` whose reference run (same env and seed) is
+    among `runs`, in the contrasts' order and the runs' order within each."""
     finished = [r for r in runs if r.final_eval]
     by_key = {(r.method, r.env, r.seed): r for r in finished}
     methods = list(dict.fromkeys(r.method for r in finished))
-    diffs: dict[str, dict[str, list[torch.Tensor]]] = defaultdict(lambda: defaultdict(list))
-    columns: list[str] = []
+    pairs: list[tuple[str, str, int, torch.Tensor]] = []
     notes: list[str] = []
     cache: dict[tuple[str, str], dict[str, float]] = {}
 
@@ -161,14 +160,35 @@ def paired_diffs(
                         f"{Path(base.path).name} in their stores; left out"
                     )
                     continue
-                column = f"{run.env} {split}"
-                if column not in columns:
-                    columns.append(column)
-                values = [ours[t] - theirs[t] for t in tasks]
-                diffs[label(method, reference)][column].append(
-                    torch.tensor(values, dtype=torch.float64)
-                )
-    return columns, {name: dict(cols) for name, cols in diffs.items()}, notes
+                values = torch.tensor([ours[t] - theirs[t] for t in tasks], dtype=torch.float64)
+                pairs.append((label(method, reference), f"{run.env} {split}", run.seed, values))
+    return pairs, notes
+
+
+def paired_diffs(
+    runs: list[RunSummary], baseline: str = "sft", metric: str = "reward"
+) -> tuple[list[str], dict[str, dict[str, list[torch.Tensor]]], list[str]]:
+    """(columns, {"method - reference": {column: one 1-D tensor of paired differences per
+    seed}}, notes): `seed_pairs` grouped by comparison and column."""
+    pairs, notes = seed_pairs(runs, baseline, metric)
+    return (*_grouped(pairs), notes)
+
+
+def _grouped(
+    pairs: list[tuple[str, str, int, torch.Tensor]],
+) -> tuple[list[str], dict[str, dict[str, list[torch.Tensor]]]]:
+    diffs: dict[str, dict[str, list[torch.Tensor]]] = defaultdict(lambda: defaultdict(list))
+    for name, column, _, values in pairs:
+        diffs[name][column].append(values)
+    columns = list(dict.fromkeys(column for _, column, _, _ in pairs))
+    return columns, {name: dict(cols) for name, cols in diffs.items()}
+
+
+def seed_cell(values: torch.Tensor) -> dict[str, Any]:
+    """One seed's paired difference: {"mean", "up", "down"} (what the seed-level interval is
+    taken over, with the tasks behind it)."""
+    up, down, _ = stats.counts(values)
+    return {"mean": float(values.mean()), "up": up, "down": down}
 
 
 def paired(
@@ -178,8 +198,10 @@ def paired(
     resamples: int = RESAMPLES,
 ) -> dict[str, Any]:
     """{"baseline", "metric", "columns", "rows": {"method - reference": {column: tested()}},
-    "notes"} for each of `contrasts` whose reference run (same env and seed) is among `runs`."""
-    columns, diffs, notes = paired_diffs(runs, baseline, metric)
+    "per_seed": {"method - reference": {column: {seed: seed_cell()}}}, "notes"} for each of
+    `contrasts` whose reference run (same env and seed) is among `runs`."""
+    pairs, notes = seed_pairs(runs, baseline, metric)
+    columns, diffs = _grouped(pairs)
     # Each cell's resampling seed comes from its own name, so a cell's interval and Monte Carlo
     # p stay the same when other envs or comparisons join the table.
     rows = {
@@ -189,11 +211,15 @@ def paired(
         }
         for name, cols in diffs.items()
     }
+    each_seed: dict[str, dict[str, dict[int, dict[str, Any]]]] = defaultdict(dict)
+    for name, column, seed, values in pairs:
+        each_seed[name].setdefault(column, {})[seed] = seed_cell(values)
     return {
         "baseline": baseline,
         "metric": metric,
         "columns": columns,
         "rows": rows,
+        "per_seed": dict(each_seed),
         "notes": notes,
     }
 
