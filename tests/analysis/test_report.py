@@ -200,9 +200,14 @@ def test_cells_are_the_mean_and_spread_over_seeds(tmp_path):
         record["outputs"]["splits"]["test_seen"]["reward"] = reward
         manifest.write_text(json.dumps(record))
         runs.append(run)
-    page = Page(write_report(runs, tmp_path / "report").read_text())
+    text = write_report(runs, tmp_path / "report").read_text()
+    page = Page(text)
     # Two seeds of one episode each: mean 60.0, std of (50, 70) = 14.1.
     assert page.cells[("reward", "sft", "shop test_seen", "0")] == "60.0 ± 14.1 (n=2)"
+    # And seed by seed, as `coevo compare` prints them.
+    per_seed = text[text.index('id="reward-per-seed-0"') :]
+    row = '<td class="text">sft</td><td class="text">shop test_seen</td><td>50.0</td><td>70.0</td>'
+    assert row in per_seed[: per_seed.index("</table>")]
 
 
 def test_text_from_a_run_is_shown_as_it_is(tmp_path):

@@ -21,7 +21,7 @@ from coevo.analysis.outcomes import OUTCOMES
 from coevo.analysis.paired import markdown_table, paired, paired_markdown
 from coevo.analysis.runs import read_run, read_runs
 
-__all__ = ["METRICS", "cell", "compare", "read_run", "to_markdown"]
+__all__ = ["METRICS", "cell", "compare", "per_seed_tables", "read_run", "to_markdown"]
 
 METRICS = ("reward", "success")
 # Per-episode behaviour every eval records beside its reward (`outcomes.episode_stats`).
@@ -271,43 +271,48 @@ def to_markdown(tables: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def per_seed_markdown(tables: dict[str, Any]) -> list[str]:
-    """Each run's score, and each paired difference, seed by seed (x100): the spread that the
-    seed-level interval sees and a mean ± std hides. [] when no method has 2 seeds."""
+def per_seed_tables(tables: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, head, rows) of each run's score and of each paired difference, seed by seed
+    (x100): the spread that the seed-level interval sees and a mean ± std hides. Rows only for
+    what has 2+ seeds; [] when nothing has."""
     scores = tables.get("seed_scores") or {}
     each = (tables.get("paired") or {}).get("per_seed") or {}
-    if not any(len(seeds) > 1 for cols in scores.values() for seeds in cols.values()):
-        return []
     seeds = sorted({s for cols in scores.values() for by_seed in cols.values() for s in by_seed})
     head = [f"s{s}" for s in seeds]
-    lines = [
-        "",
-        f"### {tables['metric'].capitalize()} per seed (x100; each run's last finished evaluation)",
-        "",
-        *markdown_table(
-            ["method", "split", *head],
-            [
-                [method, column, *(_score(by_seed.get(s)) for s in seeds)]
-                for method, cols in scores.items()
-                for column, by_seed in cols.items()
-                if len(by_seed) > 1
-            ],
-        ),
+    score_rows = [
+        [method, column, *(_score(by_seed.get(s)) for s in seeds)]
+        for method, cols in scores.items()
+        for column, by_seed in cols.items()
+        if len(by_seed) > 1
     ]
-    rows = [
+    difference_rows = [
         [name, column, *(_difference(by_seed.get(s)) for s in seeds)]
         for name, cols in each.items()
         for column, by_seed in cols.items()
         if len(by_seed) > 1
     ]
-    if rows:
-        lines += [
-            "",
-            "### Each seed's paired difference (x100; tasks up / down): the per-seed means the "
+    metric = tables["metric"].capitalize()
+    made = [
+        (
+            f"{metric} per seed (x100; each run's last finished evaluation)",
+            ["method", "split", *head],
+            score_rows,
+        ),
+        (
+            "Each seed's paired difference (x100; tasks up / down): the per-seed means the "
             "seed-level interval is taken over",
-            "",
-            *markdown_table(["comparison", "split", *head], rows),
-        ]
+            ["comparison", "split", *head],
+            difference_rows,
+        ),
+    ]
+    return [table for table in made if table[2]]
+
+
+def per_seed_markdown(tables: dict[str, Any]) -> list[str]:
+    """`per_seed_tables` as Markdown lines, each table after a blank line and its heading."""
+    lines: list[str] = []
+    for title, head, rows in per_seed_tables(tables):
+        lines += ["", f"### {title}", "", *markdown_table(head, rows)]
     return lines
 
 

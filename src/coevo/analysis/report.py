@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from coevo.analysis import figures
-from coevo.analysis.compare import BEHAVIOUR, cell, compare, held_out_average
+from coevo.analysis.compare import BEHAVIOUR, cell, compare, held_out_average, per_seed_tables
 from coevo.analysis.examples import Example, pick_examples
 from coevo.analysis.outcomes import OUTCOMES
 from coevo.analysis.paired import HEAD, paired_note, paired_rows, paired_title
@@ -315,6 +315,8 @@ def _final(tables: dict[str, dict[str, Any]]) -> str:
                 + _table(HEAD, paired_rows(paired), id_=f"{metric}-paired")
                 + f'<p class="note">{_e(paired_note(paired))}</p>'
             )
+        for i, (title, head, rows) in enumerate(per_seed_tables(tab)):
+            body.append(f"<p>{_e(title)}</p>" + _table(head, rows, id_=f"{metric}-per-seed-{i}"))
     return _section("After the last iteration (the paper's Table 3)", "".join(body))
 
 
