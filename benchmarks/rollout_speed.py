@@ -76,6 +76,7 @@ import yaml
 from machine import DEVICES, check_device, describe, gpu_name, results_file
 from measure import clock, gpu_peak, sync, timed_calls
 
+import coevo.rollout
 from coevo.envs import make
 from coevo.envs.conversation import observation_message, opening_message
 from coevo.envs.pool import EnvPool
@@ -151,6 +152,7 @@ class Breakdown:
         (HFPolicy, "_prefill", "prefill"),
         (EnvPool, "step_all", "env"),
         (Conversation, "prompt", "render"),
+        (coevo.rollout, "tokenize", "tokenize"),  # the prompts' new turns, all at once
     )
 
     def __init__(self, device: str, targets: tuple = TARGETS) -> None:
@@ -180,13 +182,14 @@ class Breakdown:
 
     def lines(self, total: float) -> list[str]:
         generate, prefill = self.seconds["generate"], self.seconds["prefill"]
+        render = self.seconds["render"] + self.seconds["tokenize"]
         parts = [
             ("prefill (new tokens of each turn)", prefill, self.calls["prefill"]),
             ("decoding (generate less its prefill)", generate - prefill, self.calls["generate"]),
             ("env steps", self.seconds["env"], self.calls["env"]),
-            ("prompt rendering", self.seconds["render"], self.calls["render"]),
+            ("prompt rendering", render, self.calls["render"]),
         ]
-        rest = total - generate - self.seconds["env"] - self.seconds["render"]
+        rest = total - generate - self.seconds["env"] - render
         return [
             "| where the lockstep seconds went | seconds | share | calls |",
             "|---|---:|---:|---:|",

@@ -15,6 +15,7 @@ from coevo.render import (
     end_of_turn_ids,
     render,
     render_prompt,
+    tokenize,
 )
 from coevo.trajectory import Task, Trajectory, Turn
 
@@ -149,6 +150,25 @@ def test_incremental_conversation_matches_one_shot_prompts(tokenizer):
         else:
             assert conv.prompt_ids(max_length=budget) == expected
             assert conv.prompt(budget)[1] > 0  # one token less: a pair of turns left out
+
+
+def test_tokenizing_conversations_together_gives_each_its_own_ids(tokenizer):
+    # A lockstep rollout tokenises every episode's new turns in one call: each conversation
+    # must come out as if it had been tokenised alone, whatever each had pending.
+    traj = trajectory(n_exchanges=4)
+    other = train_tokenizer(CORPUS, vocab_size=300, **TEMPLATES["tiny"])
+    together = [Conversation(tokenizer), Conversation(tokenizer), Conversation(other)]
+    for k, turn in enumerate(traj.turns):
+        together[0].append(turn)
+        if k % 2:  # the second gets two turns at a time, the third has its own tokenizer
+            together[1].extend(traj.turns[k - 1 : k + 1])
+        together[2].append(turn)
+        tokenize(together)
+        for conv, tok in zip(together, (tokenizer, tokenizer, other), strict=True):
+            alone = Conversation(tok, conv.turns)
+            assert conv.prompt_ids() == alone.prompt_ids()
+            assert conv.render() == alone.render()
+    assert together[0].render() == render(traj, tokenizer)
 
 
 def test_end_of_turn_ids_name_the_template_marker(tokenizer):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,7 +181,7 @@ class Conversation:
         self._pieces: list[_Piece] = []
         self._pending: list[tuple[list[_Part], bool]] = []  # (parts, keeps log-probs) to tokenise
         self._text = ""  # the templated text of all turns so far
-        self._header: list[int] | None = None  # generation header ids after the last turn
+        self._header: str | None = None  # the generation header after the last turn
         self.extend(turns)
 
     def extend(self, turns: Sequence[Turn]) -> None:
@@ -210,10 +210,13 @@ class Conversation:
         self._header = None
 
     def _flush(self) -> None:
-        if not self._pending:
-            return
-        texts = [p.text for parts, _ in self._pending for p in parts if p.ids is None and p.text]
-        encoded = iter(_encode_many(self.tokenizer, texts))
+        tokenize([self])
+
+    def _pending_texts(self) -> list[str]:
+        return [p.text for parts, _ in self._pending for p in parts if p.ids is None and p.text]
+
+    def _take(self, encoded: Iterator[list[int]]) -> None:
+        """Make pieces of the pending turns, their texts' ids read from `encoded` in order."""
         for parts, keeps in self._pending:
             ids: list[int] = []
             mask: list[int] = []
@@ -232,14 +235,17 @@ class Conversation:
         self._pending.clear()
 
     def _generation_header(self) -> str:
-        """The text the template adds for an assistant reply after the current turns."""
-        with_header = self._template(self._messages, generation=True)
-        if not with_header.startswith(self._text):
-            raise RenderError(
-                "The chat template's generation prompt changes the earlier messages: use a "
-                "template whose add_generation_prompt only appends the assistant header."
-            )
-        return with_header[len(self._text) :]
+        """The text the template adds for an assistant reply after the current turns
+        (rendered once per turn: the prompt and the reply that follows it share it)."""
+        if self._header is None:
+            with_header = self._template(self._messages, generation=True)
+            if not with_header.startswith(self._text):
+                raise RenderError(
+                    "The chat template's generation prompt changes the earlier messages: use "
+                    "a template whose add_generation_prompt only appends the assistant header."
+                )
+            self._header = with_header[len(self._text) :]
+        return self._header
 
     def _assistant_parts(self, piece_text: str, turn: Turn) -> list[_Part]:
         header = self._generation_header()
@@ -364,17 +370,30 @@ class Conversation:
     def prompt(self, max_length: int | None = None, cut_block: int = 0) -> tuple[list[int], int]:
         """The generation prompt's ids and how many turns it leaves out to fit the budget
         (dropped in blocks of `cut_block` tokens where it is set: module doc)."""
-        if self._header is None:
-            self._header = _encode_many(self.tokenizer, [self._generation_header()])[0]
-        kept, dropped = self._kept(max_length, len(self._header), cut_block)
+        header = self._template.encoded(self._generation_header())
+        kept, dropped = self._kept(max_length, len(header), cut_block)
         ids: list[int] = []
         for k in kept:
             ids.extend(self._pieces[k].ids)
-        ids.extend(self._header)
+        ids.extend(header)
         return ids, dropped
 
     def __len__(self) -> int:
         return len(self.turns)
+
+
+def tokenize(conversations: Sequence[Conversation]) -> None:
+    """Tokenise the pending turns of every conversation in one batched tokenizer call per
+    tokenizer (a lockstep rollout's episodes: the tokenizer's threads share the batch)."""
+    by_tokenizer: dict[int, list[Conversation]] = {}
+    for conversation in conversations:
+        if conversation._pending:
+            by_tokenizer.setdefault(id(conversation.tokenizer), []).append(conversation)
+    for group in by_tokenizer.values():
+        texts = [conversation._pending_texts() for conversation in group]
+        encoded = iter(_encode_many(group[0].tokenizer, [t for ts in texts for t in ts]))
+        for conversation in group:
+            conversation._take(encoded)
 
 
 def render(trajectory: Trajectory, tokenizer: Any, *, max_length: int | None = None) -> Rendered:

@@ -33,7 +33,7 @@ from coevo.envs.pool import EnvPool, WorkerLost
 from coevo.envs.react import parse
 from coevo.envs.workers import RayEnvPool
 from coevo.policy.base import Completion, Policy, Sampling, SessionPolicy
-from coevo.render import ContextTooLongError, Conversation
+from coevo.render import ContextTooLongError, Conversation, tokenize
 from coevo.seeds import derive, episode_seed
 from coevo.trajectory import Task, Trajectory, Turn
 
@@ -117,6 +117,7 @@ def rollout(
             started, lost = _start(pool, policy.tokenizer, joining, seed)
             live.extend(started)
             prompts, waiting, finished = [], [], []
+            tokenize([ep.conversation for ep in live])  # every episode's new turns, one call
             for ep in live:
                 try:
                     ids, dropped = ep.conversation.prompt(budget, cut_block)
