@@ -348,12 +348,18 @@ class HFPolicy:
         stop: tuple[str, ...],
     ) -> None:
         """Set `ends[b]` to the first token in [lo, hi) (before the row's first stop id) whose
-        tail holds a stop string: where the eager loop checks, one decode per token."""
+        tail holds a stop string: where the eager loop checks, one decode per token. Only the
+        rows whose whole block (with the window before it) holds one are asked token by token:
+        a stop string in a token's tail is in the block's text, which holds every such tail."""
         window = max(len(s) for s in stop) + 2
+        rows = [b for b, end in enumerate(ends) if end is None and lo < min(hi, stops[b])]
+        blocks = self._decode_many(
+            [seen[b][max(lo + 1 - window, 0) : min(hi, stops[b])] for b in rows]
+        )
         asks = [
             (b, j)
-            for b, end in enumerate(ends)
-            if end is None
+            for b, block in zip(rows, blocks, strict=True)
+            if any(s in block for s in stop)
             for j in range(lo, min(hi, stops[b]))
         ]
         tails = self._decode_many([seen[b][max(j + 1 - window, 0) : j + 1] for b, j in asks])
