@@ -290,7 +290,7 @@ class HFPolicy:
                 use_cache=True,
             ).logits[:, -1, :]  # (rows, vocab)
             next_position = next_position + 1
-        return [self._completion(tokens[i], logps[i], finish[i], sampling) for i in range(n)]
+        return self._completions(tokens, logps, finish, sampling)
 
     def _generate_static(
         self, prompts: list[list[int]], sampling: Sampling, generators: Generators, sessions: Keys
@@ -329,14 +329,16 @@ class HFPolicy:
             done = upto
         tokens, logps = run.tokens(0, done), run.logprobs(done)
         lasts = [steps - 1 if end is None else end for end in ends]
-        out: list[Completion | None] = [None] * n
-        for b, i in enumerate(order):
-            finish = "length" if ends[b] is None else "stop"
-            kept = slice(0, lasts[b] + 1)
-            out[i] = self._completion(tokens[b][kept], logps[b][kept], finish, sampling)
+        row = {i: b for b, i in enumerate(order)}  # prompt index -> batch row
+        out = self._completions(
+            [tokens[row[i]][: lasts[row[i]] + 1] for i in range(n)],
+            [logps[row[i]][: lasts[row[i]] + 1] for i in range(n)],
+            ["length" if ends[row[i]] is None else "stop" for i in range(n)],
+            sampling,
+        )
         if sessions is not None:
             self._keep_static_sessions(run, prompts, order, tokens, lasts, sessions, total)
-        return out  # type: ignore[return-value]
+        return out
 
     def _find_stop_strings(
         self,
@@ -563,14 +565,22 @@ class HFPolicy:
             return backend.decode_batch(sequences, skip_special_tokens=True)
         return self.tokenizer.batch_decode(sequences, skip_special_tokens=True)
 
-    def _completion(
-        self, tokens: list[int], logps: list[float], finish: str, sampling: Sampling
-    ) -> Completion:
-        text = self._decode_many([tokens])[0]  # special tokens (end of turn) are not text
-        text = cut_at_stop(text, sampling.stop)
-        return Completion(
-            text=text,
-            finish_reason="stop" if finish == "stop" else "length",
-            token_ids=tuple(tokens) if sampling.logprobs else None,
-            logprobs=tuple(logps) if sampling.logprobs else None,
-        )
+    def _completions(
+        self,
+        tokens: list[list[int]],
+        logps: list[list[float]],
+        finish: list[str],
+        sampling: Sampling,
+    ) -> list[Completion]:
+        """Each row's completion, every text decoded in one call (special tokens such as the
+        end of turn are not text)."""
+        texts = self._decode_many(tokens)
+        return [
+            Completion(
+                text=cut_at_stop(text, sampling.stop),
+                finish_reason="stop" if why == "stop" else "length",
+                token_ids=tuple(ids) if sampling.logprobs else None,
+                logprobs=tuple(lp) if sampling.logprobs else None,
+            )
+            for text, ids, lp, why in zip(texts, tokens, logps, finish, strict=True)
+        ]
