@@ -153,6 +153,10 @@ class Breakdown:
         (EnvPool, "step_all", "env"),
         (Conversation, "prompt", "render"),
         (coevo.rollout, "tokenize", "tokenize"),  # the prompts' new turns, all at once
+        # Inside a fixed-shape generate (`decode` static or graphs; no calls when eager):
+        (Decoding, "advance", "loop"),
+        (HFPolicy, "_find_stop_strings", "stops"),
+        (HFPolicy, "_keep_static_sessions", "sessions"),
     )
 
     def __init__(self, device: str, targets: tuple = TARGETS) -> None:
@@ -183,9 +187,25 @@ class Breakdown:
     def lines(self, total: float) -> list[str]:
         generate, prefill = self.seconds["generate"], self.seconds["prefill"]
         render = self.seconds["render"] + self.seconds["tokenize"]
+        decoding = [("decoding (generate less its prefill)", generate - prefill, "generate")]
+        if self.calls["loop"]:  # the fixed-shape loop: its steps apart from the host's work
+            inside = ("loop", "stops", "sessions")
+            decoding = [
+                ("decoding: the decode steps (the device's, host syncs)", None, "loop"),
+                ("decoding: stop strings, on the host", None, "stops"),
+                ("decoding: sessions kept (copies and views)", None, "sessions"),
+                (
+                    "decoding: the rest (sampling set-up, reading tokens back, texts)",
+                    generate - prefill - sum(self.seconds[k] for k in inside),
+                    "generate",
+                ),
+            ]
         parts = [
             ("prefill (new tokens of each turn)", prefill, self.calls["prefill"]),
-            ("decoding (generate less its prefill)", generate - prefill, self.calls["generate"]),
+            *(
+                (name, self.seconds[key] if sec is None else sec, self.calls[key])
+                for name, sec, key in decoding
+            ),
             ("env steps", self.seconds["env"], self.calls["env"]),
             ("prompt rendering", render, self.calls["render"]),
         ]

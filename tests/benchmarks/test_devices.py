@@ -277,6 +277,47 @@ def test_lockstep_alone_prints_its_row_and_its_breakdown_and_writes_nothing(tmp_
     assert int(parts["prompt rendering"][3].rstrip(" |")) >= 2  # one per episode and turn
 
 
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_the_breakdown_splits_a_fixed_shape_generate(bench, nano_model_dir, one_thread, decode):
+    """A lockstep rollout's breakdown: with fixed-shape decoding its decoding is split into the
+    decode steps, the host's stop strings and kept sessions, and the rest, adding up to it."""
+    from coevo.policy.base import Sampling
+    from coevo.policy.hf import HFPolicy
+    from coevo.rollout import rollout
+    from tests.toy_env import ToyEnv
+
+    speed = bench("rollout_speed")
+    policy = HFPolicy(nano_model_dir, dtype="float32", device="cpu", decode=decode)
+    env = ToyEnv()
+    sampling = Sampling(temperature=1.0, max_new_tokens=6, stop=("\nObservation:",))
+    with speed.Breakdown("cpu") as breakdown, speed.clock() as took:
+        rollout(policy, ToyEnv, env.tasks("train")[:3], sampling=sampling, progress=False)
+    rows = {
+        line.split(" | ")[0][2:]: line.split(" | ")
+        for line in breakdown.lines(took["wall"])
+        if line.startswith("| ") and "---" not in line
+    }
+    split = [name for name in rows if name.startswith("decoding: ")]
+    if decode == "eager":
+        assert not split and "decoding (generate less its prefill)" in rows
+        return
+    assert split == [
+        "decoding: the decode steps (the device's, host syncs)",
+        "decoding: stop strings, on the host",
+        "decoding: sessions kept (copies and views)",
+        "decoding: the rest (sampling set-up, reading tokens back, texts)",
+    ]
+    generates = int(rows["prefill (new tokens of each turn)"][3].rstrip(" |"))
+    assert int(rows["decoding: sessions kept (copies and views)"][3].rstrip(" |")) == generates
+    assert (
+        int(rows["decoding: the decode steps (the device's, host syncs)"][3].rstrip(" |"))
+        >= generates
+    )
+    seconds = [breakdown.seconds[k] for k in ("loop", "stops", "sessions")]
+    assert all(sec > 0 for sec in seconds)
+    assert sum(seconds) <= breakdown.seconds["generate"] - breakdown.seconds["prefill"]
+
+
 def test_the_token_counter_never_makes_a_compiled_decode_step_compile_again(bench, nano_model_dir):
     # The H100 run of 2026-11-26: the counter's hook, traced into the compiled step, guarded
     # on its Python integer, so every decode step compiled anew and the rollouts never ended.
