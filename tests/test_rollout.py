@@ -430,7 +430,8 @@ def test_episodes_are_handed_on_as_they_end(tokenizer):
     assert expected and [(t.task.id, t.sample) for t in ended] == expected
 
 
-def test_the_old_caches_are_freed_before_the_next_step_runs(nano_model_dir):
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_the_old_caches_are_freed_before_the_next_step_runs(nano_model_dir, decode):
     """A step over kept sessions copies their caches into one batch cache; the old ones must
     go as they are copied, not stay beside the new ones until the step ends."""
     import weakref
@@ -439,7 +440,7 @@ def test_the_old_caches_are_freed_before_the_next_step_runs(nano_model_dir):
     from coevo.render import render_prompt
     from coevo.trajectory import Turn
 
-    policy = HFPolicy(nano_model_dir, dtype="float32")
+    policy = HFPolicy(nano_model_dir, dtype="float32", decode=decode)
     sampling = Sampling(max_new_tokens=4, stop=())
     firsts = [[Turn("user", f"Type {word}.")] for word in ("fig", "plum")]
     replies = policy.generate(
@@ -464,6 +465,41 @@ def test_the_old_caches_are_freed_before_the_next_step_runs(nano_model_dir):
     hook.remove()
     assert alive_at_forward and alive_at_forward[0] == [False, False]
     assert set(policy._sessions) == {"a", "b"}  # kept again, over the new cache
+
+
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_a_session_left_out_of_a_call_keeps_its_cache(nano_model_dir, decode):
+    """Sessions kept by one call share its cache: a later call over some of them must leave
+    the others' keys and values as they were, and their next turn must reply as without any
+    session."""
+    import torch
+
+    from coevo.policy.hf import HFPolicy
+    from coevo.render import render_prompt
+    from coevo.trajectory import Turn
+
+    policy = HFPolicy(nano_model_dir, dtype="float32", decode=decode)
+    sampling = Sampling(max_new_tokens=5, stop=(), logprobs=True)
+    turns = [[Turn("user", f"Type {word}.")] for word in ("fig", "plum", "kiwi")]
+
+    def prompts(keys):
+        return [render_prompt(turns[k], policy.tokenizer) for k in keys]
+
+    def step(keys, sessions):
+        replies = policy.generate(prompts(keys), sampling, sessions=sessions)
+        for k, reply in zip(keys, replies, strict=True):
+            turns[k] += [Turn("assistant", reply.text), Turn("user", "Observation: no.")]
+        return replies
+
+    step([0, 1, 2], ["a", "b", "c"])
+    kept = [t.clone() for t in policy._sessions["c"].kv[0]]
+    step([0, 1], ["a", "b"])  # "c" sits this call out
+    assert all(torch.equal(t, u) for t, u in zip(kept, policy._sessions["c"].kv[0], strict=True))
+    fresh = policy.generate(prompts([2, 0]), sampling)  # the same prompts, nothing cached
+    cached = policy.generate(prompts([2, 0]), sampling, sessions=["c", "a"])
+    assert [r.token_ids for r in cached] == [r.token_ids for r in fresh]
+    for got, want in zip(cached, fresh, strict=True):
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
 
 
 class MiscountingPolicy(ScriptedPolicy):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from coevo.policy.base import PolicyError, Sampling
-from coevo.policy.cache import KvLayout, fill_prefixes, prefix_buffers
+from coevo.policy.cache import KvLayout, Prefix, fill_prefixes, prefix_buffers
 from coevo.policy.hf import HFPolicy, resolve_decode
 from coevo.policy.static_decode import StaticDecoder, room_bucket, rows_bucket, static_attention
 from coevo.render import render_prompt
@@ -332,27 +332,35 @@ def test_buckets():
 
 
 def test_fill_prefixes_writes_what_prefix_buffers_writes():
-    torch.manual_seed(0)
     layout = KvLayout(layers=2, kv_heads=3, head_dim=4)
 
-    def prefixes():
+    def blocks():  # two batch caches: one of two rows, one of three
         torch.manual_seed(1)
-        rows = [3, 0, 5]  # cached tokens per row (0: nothing cached)
         return [
-            [(torch.randn(3, n, 4), torch.randn(3, n, 4)) for _ in range(2)] if n else None
-            for n in rows
+            [(torch.randn(rows, 3, 7, 4), torch.randn(rows, 3, 7, 4)) for _ in range(2)]
+            for rows in (2, 3)
         ]
 
-    ends = [6, 6, 5]
-    expected = prefix_buffers(layout, prefixes(), ends, 9, dtype=torch.float32, device="cpu")
-    given = [(torch.zeros(4, 3, 9, 4), torch.zeros(4, 3, 9, 4)) for _ in range(2)]
-    emptied = prefixes()
-    fill_prefixes([(k[:3], v[:3]) for k, v in given], emptied, ends)
+    def prefixes(a, b):  # rows from either block, at their own starts (0 tokens: nothing)
+        return [Prefix(a, 1, 2, 3), None, Prefix(b, 2, 0, 5), Prefix(a, 0, 4, 2)]
+
+    ends = [6, 6, 5, 8]
+    a, b = blocks()
+    expected = prefix_buffers(layout, prefixes(a, b), ends, 9, dtype=torch.float32, device="cpu")
+    assert all(layer is not None for layer in a + b)  # nothing freed unless asked
+    for layer, (k, v) in enumerate(expected):  # row 0: block a's row 1, slots 2-4, at 3-5
+        assert torch.equal(k[0, :, 3:6], a[layer][0][1, :, 2:5])
+        assert torch.equal(v[3, :, 6:8], a[layer][1][0, :, 4:6])
+        assert not k[0, :, :3].any() and not k[1, :, :6].any()  # zeros before
+    a, b = blocks()
+    given = [(torch.zeros(5, 3, 9, 4), torch.zeros(5, 3, 9, 4)) for _ in range(2)]
+    fill_prefixes([(k[:4], v[:4]) for k, v in given], prefixes(a, b), ends, frozenset({id(b)}))
     for (k, v), (ek, ev) in zip(given, expected, strict=True):
         for row, end in enumerate(ends):
             assert torch.equal(k[row, :, :end], ek[row, :, :end])
             assert torch.equal(v[row, :, :end], ev[row, :, :end])
-    assert all(p is None or p == [None, None] for p in emptied)
+        assert not k[4].any()  # a row past the batch's is left alone
+    assert b == [None, None] and all(layer is not None for layer in a)  # b freed, a kept
 
 
 def test_a_capture_that_fails_once_is_tried_again_and_twice_falls_back_saying_both(

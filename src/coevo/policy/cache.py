@@ -4,8 +4,9 @@
 buffers that exist: the fixed-shape decoding of `coevo.policy.static_decode`) and `cache_over`
 makes a transformers `DynamicCache` over them whose layers write new keys/values into reserved
 room (or into row slices, for a prefill fed in groups); `new_cache` serves models with other
-layer kinds. `Session` is what `HFPolicy` keeps per episode between steps, and
-`cache_keyword` the name under which its model's forward takes a cache.
+layer kinds. `Session` is what `HFPolicy` keeps per episode between steps (its row of a
+batch's cache, a `Block`; `Prefix` the part of it a prefill copies), and `cache_keyword` the
+name under which its model's forward takes a cache.
 """
 
 from __future__ import annotations
@@ -16,18 +17,53 @@ from typing import Any
 
 import torch
 
+Block = list[tuple[torch.Tensor, torch.Tensor] | None]
+"""Per layer (keys, values), (rows, kv_heads, slots, head_dim): a batch's cache, which the
+sessions of its rows share (a layer is None once a prefill has copied it out and no session
+needs it any more)."""
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """The first `length` cached tokens of one row of a block: slots start .. start + length."""
+
+    block: Block
+    row: int
+    start: int
+    length: int
+
 
 @dataclass(frozen=True)
 class Session:
-    """What a session key holds: the token ids seen and their per-layer keys and values."""
+    """What a session key holds: the token ids seen and where their keys and values are, row
+    `row` of `block` from slot `start` on.
+
+    The block is the batch cache the episode last ran in, shared with the other rows' sessions,
+    so keeping a session copies nothing and makes no per-layer view (on a GPU's host, views
+    per row and layer cost more than the copy). `HFPolicy` copies a row out only when its batch
+    drops rows (the cache from before the drop is then freed at once rather than held by the
+    sessions viewing it). Fixed-shape decoding reuses its buffers for the next call, so its
+    sessions share one copy per call of the slots its rows used."""
 
     ids: list[int]
-    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (kv_heads, len(ids), head_dim)
-    """Views into the batch cache the episode last ran in, so keeping them copies nothing;
-    `HFPolicy` copies them out only when that batch drops rows (the cache from before the
-    drop is then freed at once rather than held by the sessions viewing it). Fixed-shape
-    decoding reuses its buffers for the next call, so its sessions view one copy per call of
-    the slots its rows used."""
+    block: Block
+    row: int
+    start: int
+
+    @property
+    def kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (keys, values) views, (kv_heads, len(ids), head_dim)."""
+        span = slice(self.start, self.start + len(self.ids))
+        return [(k[self.row, :, span], v[self.row, :, span]) for k, v in self.block]  # type: ignore[misc]
+
+    def prefix(self, length: int) -> Prefix:
+        """Its first `length` tokens, for a prefill to copy."""
+        return Prefix(self.block, self.row, self.start, length)
+
+    def owned(self) -> Session:
+        """The same session over a copy of its own rows' slots (a block of one row)."""
+        kv = [(k[None].clone(), v[None].clone()) for k, v in self.kv]
+        return Session(self.ids, kv, 0, 0)  # type: ignore[arg-type]
 
 
 def _growing_layer_class() -> type:
@@ -117,67 +153,84 @@ def kv_layout(config: Any) -> KvLayout | None:
 
 def prefix_buffers(
     layout: KvLayout,
-    prefixes: list[list[tuple[torch.Tensor, torch.Tensor]] | None],
+    prefixes: list[Prefix | None],
     ends: list[int],
     room: int,
     *,
     dtype: torch.dtype,
     device: torch.device,
+    free: frozenset[int] = frozenset(),
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per layer (keys, values), (rows, kv_heads, room, head_dim): row i holds its prefix
-    (per layer (kv_heads, tokens, head_dim), or None for nothing cached) ending at slot
-    `ends[i]`, zeros before it. The zeros are masked by the caller but must be finite, since
-    0 * NaN is NaN in attention; slots from `ends[i]` on are left for the model to write.
+    (None: nothing cached) ending at slot `ends[i]`, zeros before it. The zeros are masked by
+    the caller but must be finite, since 0 * NaN is NaN in attention; slots from `ends[i]` on
+    are left for the model to write.
 
-    Each prefix list is emptied (its layers set to None) as its layers are copied, so old
-    caches nothing else holds are freed while the new buffers fill: the peak is about one
-    batch of caches, not two (a rollout's caches run to gigabytes at long contexts)."""
+    The blocks whose `id` is in `free` (those no session outside this batch needs) lose each
+    layer as soon as it is copied, so old caches are freed while the new buffers fill: the peak
+    is about one batch of caches, not two (a rollout's caches run to gigabytes at long
+    contexts)."""
     shape = (len(prefixes), layout.kv_heads, room, layout.head_dim)
     buffers = []
-    lengths = [prefix[0][0].shape[1] if prefix else 0 for prefix in prefixes]
     for layer in range(layout.layers):
         keys = torch.empty(shape, dtype=dtype, device=device)
         values = torch.empty(shape, dtype=dtype, device=device)
         for row, (prefix, end) in enumerate(zip(prefixes, ends, strict=True)):
-            start = end - lengths[row]
+            start = end - (prefix.length if prefix else 0)
             keys[row, :, :start] = 0
             values[row, :, :start] = 0
-            if prefix:
-                keys[row, :, start:end] = prefix[layer][0]
-                values[row, :, start:end] = prefix[layer][1]
-                prefix[layer] = None  # type: ignore[call-overload]
+            if prefix and prefix.length:
+                k, v = prefix.block[layer]  # type: ignore[misc]
+                span = slice(prefix.start, prefix.start + prefix.length)
+                keys[row, :, start:end] = k[prefix.row, :, span]
+                values[row, :, start:end] = v[prefix.row, :, span]
+        _release(prefixes, layer, free)
         buffers.append((keys, values))
     return buffers
 
 
+def _release(prefixes: list[Prefix | None], layer: int, free: frozenset[int]) -> None:
+    for prefix in prefixes:
+        if prefix is not None and id(prefix.block) in free:
+            prefix.block[layer] = None
+
+
 def fill_prefixes(
     buffers: list[tuple[torch.Tensor, torch.Tensor]],
-    prefixes: list[list[tuple[torch.Tensor, torch.Tensor]] | None],
+    prefixes: list[Prefix | None],
     ends: list[int],
+    free: frozenset[int] = frozenset(),
 ) -> None:
     """`prefix_buffers` into given buffers (rows, kv_heads, room, head_dim) per layer, a few
-    kernels per layer rather than a few per row and layer (on a GPU each is a launch): row i's
-    prefix is written to end at slot `ends[i]`. The slots before are left as they are (the
-    caller keeps them finite and masks them); prefixes are emptied as `prefix_buffers` does."""
-    lengths = [prefix[0][0].shape[1] if prefix else 0 for prefix in prefixes]
-    rows = [i for i, n in enumerate(lengths) if n]
-    if not rows:
+    kernels per layer and block rather than a few per row and layer (on a GPU each is a
+    launch): row i's prefix is written to end at slot `ends[i]`. The slots before are left as
+    they are (the caller keeps them finite and masks them); `free` as `prefix_buffers`."""
+    groups: dict[int, list[int]] = {}  # block -> the rows whose prefixes it holds
+    for i, prefix in enumerate(prefixes):
+        if prefix is not None and prefix.length:
+            groups.setdefault(id(prefix.block), []).append(i)
+    if not groups:
         return
     device = buffers[0][0].device
-    counts = torch.tensor([lengths[i] for i in rows])
-    starts = torch.tensor([ends[i] - lengths[i] for i in rows])
-    # (tokens,): each cached token's row and slot, the rows one after another
-    row_index = torch.repeat_interleave(torch.tensor(rows), counts)
-    before = torch.repeat_interleave(counts.cumsum(0) - counts, counts)  # its row's first
-    slot_index = torch.repeat_interleave(starts, counts) + torch.arange(len(before)) - before
-    row_index, slot_index = row_index.to(device), slot_index.to(device)
-    for layer, (keys, values) in enumerate(buffers):
-        for target, part in ((keys, 0), (values, 1)):
-            # (kv_heads, tokens, head_dim): one copy of every row's prefix, then one scatter
-            tokens = torch.cat([prefixes[i][layer][part] for i in rows], dim=1)
-            target[row_index, :, slot_index] = tokens.transpose(0, 1)
-        for i in rows:
-            prefixes[i][layer] = None  # type: ignore[call-overload]
+    moves = []  # per block: its rows' (target row, target slot, source row, source slot)
+    for rows in groups.values():
+        ps: list[Prefix] = [prefixes[i] for i in rows]  # type: ignore[misc]
+        counts = torch.tensor([p.length for p in ps])
+        # (tokens,): each cached token's place, the rows one after another
+        before = torch.repeat_interleave(counts.cumsum(0) - counts, counts)  # its row's first
+        offset = torch.arange(len(before)) - before  # its place within its row's prefix
+        per_row = torch.tensor(
+            [[i, ends[i] - p.length, p.row, p.start] for i, p in zip(rows, ps, strict=True)]
+        )
+        row, slot, source_row, source_slot = torch.repeat_interleave(per_row, counts, dim=0).T
+        index = (row, slot + offset, source_row, source_slot + offset)
+        moves.append((ps[0].block, *(t.to(device) for t in index)))
+    for layer, target in enumerate(buffers):
+        for block, row, slot, source_row, source_slot in moves:
+            for part in (0, 1):  # one gather of the block's rows' tokens, one scatter
+                source = block[layer][part]  # (rows, kv_heads, slots, head_dim)
+                target[part][row, :, slot] = source[source_row, :, source_slot]
+        _release(prefixes, layer, free)
 
 
 def cache_over(
@@ -198,8 +251,9 @@ def cache_over(
 
 def new_cache(
     config: Any,
-    prefixes: list[list[tuple[torch.Tensor, torch.Tensor]] | None] | None = None,
+    prefixes: list[Prefix | None] | None = None,
     width: int = 0,
+    free: frozenset[int] = frozenset(),
 ) -> Any:
     """A DynamicCache for models that `kv_layout` does not describe (sliding-window layers
     keep their own behaviour): with `prefixes` (as `prefix_buffers` takes them) it starts
@@ -210,10 +264,18 @@ def new_cache(
     donor = next((p for p in prefixes or [] if p), None)
     if not width or donor is None:
         return cache
-    keys, _ = donor[0]  # (kv_heads, tokens, head_dim)
-    layout = KvLayout(len(donor), keys.shape[0], keys.shape[-1])
-    ends = [width] * len(prefixes)
-    buffers = prefix_buffers(layout, prefixes, ends, width, dtype=keys.dtype, device=keys.device)
+    keys, _ = donor.block[0]  # type: ignore[misc]  # (rows, kv_heads, slots, head_dim)
+    layout = KvLayout(len(donor.block), keys.shape[1], keys.shape[-1])
+    ends = [width] * len(prefixes)  # type: ignore[arg-type]
+    buffers = prefix_buffers(
+        layout,
+        prefixes,
+        ends,
+        width,
+        dtype=keys.dtype,
+        device=keys.device,
+        free=free,  # type: ignore[arg-type]
+    )
     for layer, (k, v) in enumerate(buffers):
         cache.update(k, v, layer)
     return cache

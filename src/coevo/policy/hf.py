@@ -27,6 +27,7 @@ from coevo.attention import sdpa_backends, use_packed_attention
 from coevo.lengths import common_prefix, length_groups
 from coevo.policy.base import Completion, PolicyError, Sampling, cut_at_stop
 from coevo.policy.cache import (
+    Block,
     Session,
     cache_keyword,
     cache_over,
@@ -385,12 +386,13 @@ class HFPolicy:
         lo = total - max(len(p) for p in prompts)
         hi = total + max(lasts)
         n = len(order)
-        copies = [(k[:n, :, lo:hi].clone(), v[:n, :, lo:hi].clone()) for k, v in run.slots.kv]
+        copies: Block = [
+            (k[:n, :, lo:hi].clone(), v[:n, :, lo:hi].clone()) for k, v in run.slots.kv
+        ]
         for b in sorted(range(n), key=lambda b: lasts[b]):  # in the order rows finished
             i = order[b]
-            start, end = total - len(prompts[i]) - lo, total + lasts[b] - lo
-            kv = [(k[b, :, start:end], v[b, :, start:end]) for k, v in copies]
-            self._remember(sessions[i], Session(prompts[i] + tokens[b][: lasts[b]], kv))
+            ids = prompts[i] + tokens[b][: lasts[b]]
+            self._remember(sessions[i], Session(ids, copies, b, total - len(prompts[i]) - lo))
 
     def _prefill(
         self,
@@ -434,15 +436,18 @@ class HFPolicy:
         # Cached tokens kept: at most `reuse`, by the choice of each group's width.
         cached = [max(len(prompts[i]) - fed[i], 0) for i in order]
         prefixes = [
-            [(k[:, :c], v[:, :c]) for k, v in entries[i].kv] if c else None
+            entries[i].prefix(c) if c else None  # type: ignore[union-attr]
             for i, c in zip(order, cached, strict=True)
         ]
-        del entries  # the prefixes' views are now the only hold on the old caches
+        # The blocks no session left in `_sessions` shares are this call's to free as it copies.
+        kept = {id(entry.block) for entry in self._sessions.values()}
+        free = frozenset(id(p.block) for p in prefixes if p is not None) - kept
+        del entries  # the prefixes are now the only hold on the old caches
         reserve = max_new_tokens + 1
         ends = [total - fed[i] for i in order]
         if self._layout is None:
             width = fed[order[0]]
-            cache = new_cache(self.model.config, prefixes, width=total - width)
+            cache = new_cache(self.model.config, prefixes, width=total - width, free=free)
             logits = self._feed([prompts[i] for i in order], cached, width, total, cache)
         else:
             if kv is None:
@@ -453,10 +458,11 @@ class HFPolicy:
                     total + reserve,
                     dtype=self.model.dtype,
                     device=self.device,
+                    free=free,
                 )
             else:
                 buffers = [(k[:n], v[:n]) for k, v in kv]
-                fill_prefixes(buffers, prefixes, ends)
+                fill_prefixes(buffers, prefixes, ends, free)
             parts, start = [], 0
             for rows in groups:
                 stop = start + len(rows)
@@ -504,8 +510,8 @@ class HFPolicy:
     def _keep_session(self, key: Hashable, ids: list[int], cache: Any, row: int) -> None:
         # The row's real tokens are the last len(ids) slots of the cache (see _prefill).
         start = cache.layers[0].keys.shape[-2] - len(ids)
-        kv = [(layer.keys[row, :, start:], layer.values[row, :, start:]) for layer in cache.layers]
-        self._remember(key, Session(ids, kv))
+        block: Block = [(layer.keys, layer.values) for layer in cache.layers]
+        self._remember(key, Session(ids, block, row, start))
 
     def _remember(self, key: Hashable, session: Session) -> None:
         self._sessions.pop(key, None)
@@ -517,8 +523,7 @@ class HFPolicy:
         for key in keys:
             entry = self._sessions.get(key)
             if entry is not None:
-                kv = [(k.clone(), v.clone()) for k, v in entry.kv]
-                self._sessions[key] = Session(entry.ids, kv)
+                self._sessions[key] = entry.owned()
 
     def end_sessions(self, keys: Iterable[Hashable]) -> None:
         """Free the caches kept for `keys` (episodes that are over)."""
