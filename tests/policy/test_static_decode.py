@@ -403,3 +403,55 @@ def test_a_capture_that_fails_once_is_tried_again_and_twice_falls_back_saying_bo
     assert "ValueError: guard failed: room <- RuntimeError" in decoder.fallback
     # Decoding goes on uncaptured, as the eager loop would.
     assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy), 1e-4)
+
+
+def host_ops(policy: HFPolicy, rows: int) -> int:
+    """aten ops a second turn's generate over `rows` kept sessions dispatches outside its
+    decode steps and the model's forwards: on a GPU, each is host work the device waits on."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from coevo.policy import static_decode
+
+    count = {"ops": 0, "off": 0}
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            count["ops"] += not count["off"]
+            return func(*args, **(kwargs or {}))
+
+    def uncounted(call):
+        def wrapped(*args, **kwargs):
+            count["off"] += 1
+            try:
+                return call(*args, **kwargs)
+            finally:
+                count["off"] -= 1
+
+        return wrapped
+
+    sampling = Sampling(temperature=1.0, max_new_tokens=4, logprobs=True)
+    prompts = [[3 + (r * 5 + j) % 40 for j in range(6 + r % 3)] for r in range(rows)]
+    keys = [("ops", rows, r) for r in range(rows)]
+    policy.generate(prompts, sampling, seeds=list(range(rows)), sessions=keys)
+    nexts = [p + [7, 8, 9] for p in prompts]
+    advance, forward = static_decode.Decoding.advance, policy.model.forward
+    static_decode.Decoding.advance = uncounted(advance)
+    policy.model.forward = uncounted(forward)
+    try:
+        with Count():
+            policy.generate(nexts, sampling, seeds=list(range(rows)), sessions=keys)
+    finally:
+        static_decode.Decoding.advance = advance
+        del policy.model.forward
+    return count["ops"]
+
+
+def test_a_generates_host_work_does_not_grow_with_rows_times_layers(nano_model_dir):
+    # Sessions are rows of one shared cache and masks are built whole: a row more adds a few
+    # ops (its seed's draws), not a few per layer (views of its keys and values, as once:
+    # 12,873 ops a turn at 64 rows on SmolLM2's 30 layers, against 1,168 since).
+    policy = HFPolicy(nano_model_dir, dtype="float32", decode="static")
+    layers = policy.model.config.num_hidden_layers
+    assert layers >= 2
+    per_row = (host_ops(policy, 16) - host_ops(policy, 4)) / 12
+    assert per_row < 4 < 2 * layers

@@ -106,6 +106,11 @@ def check_model_dir(path: Path | str, what: str = "model") -> Path:
     return path
 
 
+def right_aligned(lengths: list[int], width: int) -> torch.Tensor:
+    """(rows, width) long: 1 on each row's last `lengths[row]` columns, 0 before them."""
+    return (torch.arange(width) >= width - torch.tensor(lengths)[:, None]).long()
+
+
 class HFPolicy:
     """A causal LM (and optional PEFT LoRA adapter) loaded from local directories.
 
@@ -479,9 +484,7 @@ class HFPolicy:
                 start = stop
             cache = cache_over(self.model.config, buffers, total, reserve)
             logits = torch.cat(parts)
-        attention = torch.zeros((n, total), dtype=torch.long)  # (batch, slots)
-        for b, i in enumerate(order):
-            attention[b, total - len(prompts[i]) :] = 1
+        attention = right_aligned([len(prompts[i]) for i in order], total)  # (batch, slots)
         return cache, attention.to(self.device), logits, order
 
     def _feed(
@@ -489,15 +492,14 @@ class HFPolicy:
     ) -> torch.Tensor:
         """Run each prompt's tokens after its first `cached` (its last `width` at most,
         right-aligned) on a cache holding the cached ones; returns the next logits."""
-        n = len(prompts)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)  # (rows, fed)
-        positions = torch.zeros((n, width), dtype=torch.long)
-        attention = torch.zeros((n, total), dtype=torch.long)  # (rows, slots)
-        for row, (prompt, c) in enumerate(zip(prompts, cached, strict=True)):
-            part = prompt[c:]
-            ids[row, width - len(part) :] = torch.as_tensor(part, dtype=torch.long)
-            positions[row, width - len(part) :] = torch.arange(c, len(prompt))
-            attention[row, total - len(prompt) :] = 1
+        # Built whole rather than row by row: on a GPU's host every small op is a cost.
+        parts = [prompt[c:] for prompt, c in zip(prompts, cached, strict=True)]
+        ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in parts])  # (rows, fed)
+        fed = right_aligned([len(p) for p in parts], width)
+        # A fed token's position: its index in its prompt (pads: 0).
+        first = torch.tensor([c - width + len(p) for p, c in zip(parts, cached, strict=True)])
+        positions = (torch.arange(width) + first[:, None]) * fed
+        attention = right_aligned([len(p) for p in prompts], total)  # (rows, slots)
         return self.model(
             input_ids=ids.to(self.device),
             attention_mask=attention.to(self.device),
