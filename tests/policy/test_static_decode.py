@@ -452,6 +452,6 @@ def test_a_generates_host_work_does_not_grow_with_rows_times_layers(nano_model_d
     # 12,873 ops a turn at 64 rows on SmolLM2's 30 layers, against 1,168 since).
     policy = HFPolicy(nano_model_dir, dtype="float32", decode="static")
     layers = policy.model.config.num_hidden_layers
-    assert layers >= 3  # so that two ops a row and layer would pass the bound below
+    assert layers >= 3  # so that two ops a row and layer (6 a row) would break the bound below
     per_row = (host_ops(policy, 16) - host_ops(policy, 4)) / 12
     assert per_row < 4
