@@ -193,7 +193,7 @@ class Breakdown:
             decoding = [
                 ("decoding: the decode steps (the device's, host syncs)", None, "loop"),
                 ("decoding: stop strings, on the host", None, "stops"),
-                ("decoding: sessions kept (copies and views)", None, "sessions"),
+                ("decoding: sessions kept (one copy of the slots used)", None, "sessions"),
                 (
                     "decoding: the rest (sampling set-up, reading tokens back, texts)",
                     generate - prefill - sum(self.seconds[k] for k in inside),
