@@ -187,25 +187,24 @@ class Breakdown:
     def lines(self, total: float) -> list[str]:
         generate, prefill = self.seconds["generate"], self.seconds["prefill"]
         render = self.seconds["render"] + self.seconds["tokenize"]
-        decoding = [("decoding (generate less its prefill)", generate - prefill, "generate")]
         if self.calls["loop"]:  # the fixed-shape loop: its steps apart from the host's work
-            inside = ("loop", "stops", "sessions")
             decoding = [
-                ("decoding: the decode steps (the device's, host syncs)", None, "loop"),
-                ("decoding: stop strings, on the host", None, "stops"),
-                ("decoding: sessions kept (one copy of the slots used)", None, "sessions"),
-                (
-                    "decoding: the rest (sampling set-up, reading tokens back, texts)",
-                    generate - prefill - sum(self.seconds[k] for k in inside),
-                    "generate",
-                ),
+                (name, self.seconds[key], self.calls[key])
+                for name, key in (
+                    ("decoding: the decode steps (the device's, host syncs)", "loop"),
+                    ("decoding: stop strings, on the host", "stops"),
+                    ("decoding: sessions kept (one copy of the slots used)", "sessions"),
+                )
             ]
+            left = generate - prefill - sum(sec for _, sec, _ in decoding)
+            name = "decoding: the rest (sampling set-up, reading tokens back, texts)"
+            decoding.append((name, left, self.calls["generate"]))
+        else:
+            name = "decoding (generate less its prefill)"
+            decoding = [(name, generate - prefill, self.calls["generate"])]
         parts = [
             ("prefill (new tokens of each turn)", prefill, self.calls["prefill"]),
-            *(
-                (name, self.seconds[key] if sec is None else sec, self.calls[key])
-                for name, sec, key in decoding
-            ),
+            *decoding,
             ("env steps", self.seconds["env"], self.calls["env"]),
             ("prompt rendering", render, self.calls["render"]),
         ]
