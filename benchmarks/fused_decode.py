@@ -1,5 +1,5 @@
-"""A probe for issue 37's decode goal: would fusing the projections that read the same input
-(q/k/v, gate/up) cut the decode step enough to matter?
+"""Probes for issue 37's decode goal: would fusing the projections that read the same input
+(q/k/v, gate/up), or compiling the prefill, cut a decoding call enough to matter?
 
     python benchmarks/fused_decode.py --device cuda --model DIR     # a SmolLM2-shaped checkpoint
     python benchmarks/fused_decode.py                                # a fresh nano, on the CPU
@@ -7,12 +7,24 @@
 A decode step of a small model at batch 64 is many small kernels (30 layers of about a dozen
 each on SmolLM2-135M), so its time is their count more than their work. Fusing q, k and v into
 one matrix product and gate and up into another takes three of a layer's seven products away.
-This probe times `HFPolicy.generate` (decode `graphs` on cuda: compiled and captured; `static`
-on the CPU) on the opening prompts of --batch-size shop tasks, greedy, as
-`rollout_speed.py`'s decode table does: once as it is and once on a second copy of the model
-whose fused layers read one matrix product (its weights copied once, before the first call: a
-probe, not a way to train). Each way is warmed up by one call, then timed --repeats times (the
-median shown); the replies of the two ways are compared token by token. Prints only.
+The prefill (one eager forward over every prompt's new tokens) is launch-bound the same way,
+and no capture plays it: a compiled forward launches fewer, fused kernels.
+
+This times `HFPolicy.generate` (decode `graphs` on cuda: compiled and captured; `static` on
+the CPU) on the opening prompts of --batch-size shop tasks, greedy, as `rollout_speed.py`'s
+decode table does, three ways: as it is; on a second copy of the model whose fused layers read
+one matrix product (its weights copied once, before the first call: a probe, not a way to
+train); and as it is with the prefill's forwards run through `torch.compile` (shapes symbolic,
+as every turn's rows and widths would need; the decode steps stay the decoder's). Each way is
+warmed up by one call, then timed --repeats times (the median shown), then split once into its
+prefill and its decode loop; the replies of each way are compared token by token with the
+first's. Prints only.
+
+The compiled prefill is a ceiling, not a way a rollout could run yet: the prompts are the
+decode table's (no sessions, empty caches). On the CPU (torch 2.13) a rollout's second turn,
+whose cache holds its earlier tokens, compiles the forward again and fails there: its layers
+hand the compiler a buffer and a view of it that the forward writes into (aliased, mutated
+inputs). Building it would need caches that do not hand the compiler aliased tensors.
 """
 
 from __future__ import annotations
@@ -26,7 +38,7 @@ from statistics import median
 import torch
 from machine import DEVICES, check_device, describe
 from measure import timed_calls
-from rollout_speed import opening_prompts
+from rollout_speed import decode_split, opening_prompts
 
 from coevo.envs import make
 from coevo.policy.base import Sampling
@@ -69,6 +81,20 @@ def fuse_model(model: torch.nn.Module) -> int:
     return count
 
 
+def compile_prefill(policy: HFPolicy) -> None:
+    """Run `policy`'s prefill through `torch.compile`, its shapes symbolic from the start (a
+    rollout's every turn feeds other rows and widths). Its decode steps stay the decoder's,
+    which holds the module itself; a probe, not a setting."""
+    policy.model = torch.compile(policy.model, dynamic=True)
+
+
+def compiler_counts() -> tuple[int, int]:
+    """Graphs dynamo has compiled and graph breaks it has met, in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+
+
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a checkpoint dir; default: a fresh nano")
@@ -102,33 +128,50 @@ def main(argv: list[str] | None = None) -> list[str]:
     prompts = opening_prompts(plain, env, tasks, args.max_new_tokens)
     sampling = Sampling(temperature=0.0, max_new_tokens=args.max_new_tokens, logprobs=True)
     lines = [
-        f"Fused projections probe: {describe(args.device)}; decode {plain.decode}; "
-        f"{len(prompts)} shop opening prompts, greedy, max_new_tokens {args.max_new_tokens}; "
-        f"{groups} groups fused; each way warmed up once, then the median of {args.repeats} calls.",
+        f"Decode probes: {describe(args.device)}; decode {plain.decode}; {len(prompts)} shop "
+        f"opening prompts, greedy, max_new_tokens {args.max_new_tokens}; {groups} groups fused; "
+        f"each way warmed up once, then the median of {args.repeats} calls.",
         "",
         "| way | warm-up s | seconds | fastest-slowest s | decode steps | ms per decode step "
         "| the decoder's fallback |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
-    replies = {}
-    for label, policy in (("as it is", plain), ("q/k/v and gate/up fused", fused)):
+    ways = (
+        ("as it is", plain, None),
+        ("q/k/v and gate/up fused", fused, None),
+        ("prefill compiled", plain, compile_prefill),  # last: it changes `plain`
+    )
+    replies, splits, compiled = [], [], ""
+    for label, policy, change in ways:
+        before = compiler_counts()
+        if change is not None:
+            change(policy)
 
         def call(policy=policy):
             return [c.token_ids for c in policy.generate(prompts, sampling)]
 
-        warm, times, replies[label], _ = timed_calls(call, args.repeats, args.device)
+        warm, times, reply, _ = timed_calls(call, args.repeats, args.device)
         sec, fast, slow = median(times), min(times), max(times)
-        steps = max(map(len, replies[label]))
+        steps = max(map(len, reply))
+        replies.append(reply)
+        splits.append(f"{label}: {decode_split(args.device, lambda c=call, n=steps: (n, c()))}")
+        if change is not None:
+            graphs, breaks = (b - a for a, b in zip(before, compiler_counts(), strict=True))
+            compiled = f"The prefill compiled into {graphs} graph(s), {breaks} graph break(s)."
         # A step that failed to compile or capture ran uncompiled: its time is not the probe's.
         fallback = policy.decoder.fallback if policy.decoder is not None else None
         lines.append(
             f"| {label} | {warm:.1f} | {sec:.3f} | {fast:.3f}-{slow:.3f} | {steps} | "
             f"{1000 * sec / steps:.2f} | {fallback or 'none'} |"
         )
-    a, b = replies.values()
-    same = sum(x == y for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=False))
-    total = sum(max(len(ra), len(rb)) for ra, rb in zip(a, b, strict=True))
-    lines += ["", f"Replies: {same:,} of {total:,} tokens the same in both ways."]
+    lines += ["", *splits, ""]
+    first = replies[0]
+    for (label, _, _), reply in zip(ways[1:], replies[1:], strict=True):
+        pairs = list(zip(first, reply, strict=True))
+        same = sum(x == y for a, b in pairs for x, y in zip(a, b, strict=False))
+        total = sum(max(len(a), len(b)) for a, b in pairs)
+        lines.append(f"Replies, {label}: {same:,} of {total:,} tokens as it is.")
+    lines.append(compiled)
     print("\n".join(lines))
     return lines
 

@@ -12,8 +12,9 @@
 #   rollout         benchmarks/rollout_speed.py --device cuda (eager decode, writes results)
 #   rollout-graphs  the same with COEVO_DECODE=graphs, --ours-only --no-write --profile-decode, dynamo's
 #                   recompiles logged (appended to rollout.log)
-#   fused           benchmarks/fused_decode.py --device cuda: graphs decoding as it is and with
-#                   q/k/v and gate/up fused, a probe (appended to rollout.log; named on its own)
+#   fused           benchmarks/fused_decode.py --device cuda: graphs decoding as it is, with
+#                   q/k/v and gate/up fused, and with its prefill compiled: probes (appended to
+#                   rollout.log; named on its own)
 #   model           benchmarks/model_speed.py --device cuda                -> model.log
 #   model-compile   the same with --compile (ours' layers compiled, warmed up untimed) -> model.log
 #   dpo             benchmarks/dpo_speed.py --device cuda                  -> dpo.log
@@ -44,7 +45,8 @@
 #                  with `auto`, graphs there, each compiling its steps
 #   CAP_MODEL_COMPILE=200 (128 s on 2b149dc, H200: ours' two child runs compile, 23 and 33 s)
 #   CAP_DPO_COMPILE=200 (139 s on ddf3c25, H100; 146 s on 2b149dc, H200)
-#   CAP_FUSED=150 (not yet run: two compiles and captures of the decode step, about 45 s each)
+#   CAP_FUSED=210 (not yet run: two compiles and captures of the decode step, about 45 s each,
+#                 and a compile of the prefill)
 #   CAP_GRPO=60 CAP_SUITE=200         each part's own cap, seconds (measured on an H200,
 #                                     2026-11-26: 55, 80, 65-124, 34, 42, 32, ~100)
 #   CAP_LEARNING=420                  the learning part's (never run on a GPU yet)
@@ -91,7 +93,7 @@ ALL=(gpu-tests rollout rollout-graphs model model-compile dpo dpo-compile grpo s
 ORDER=(gpu-tests rollout rollout-graphs fused model model-compile dpo dpo-compile grpo suite learning)
 declare -A CAP=(
     [gpu-tests]=${CAP_GPU_TESTS:-240} [rollout]=${CAP_ROLLOUT:-150}
-    [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [fused]=${CAP_FUSED:-150} [model]=${CAP_MODEL:-90}
+    [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [fused]=${CAP_FUSED:-210} [model]=${CAP_MODEL:-90}
     [model-compile]=${CAP_MODEL_COMPILE:-200}
     [dpo]=${CAP_DPO:-90} [dpo-compile]=${CAP_DPO_COMPILE:-200} [grpo]=${CAP_GRPO:-60}
     [suite]=${CAP_SUITE:-200}

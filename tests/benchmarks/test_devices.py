@@ -432,12 +432,20 @@ def test_fused_projections_compute_what_the_separate_ones_do(bench):
         torch.testing.assert_close(a, b)
 
 
-def test_the_fused_decode_probe_replies_as_the_model_does(bench, nano_model_dir):
+def test_the_decode_probes_reply_as_the_model_does(bench, nano_model_dir):
     fused_decode = bench("fused_decode")
     args = ["--model", str(nano_model_dir), "--batch-size", "3", "--max-new-tokens", "5"]
     lines = fused_decode.main([*args, "--repeats", "1"])
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
-    assert [r.split(" | ")[0] for r in rows] == ["| as it is", "| q/k/v and gate/up fused"]
+    ways = ["as it is", "q/k/v and gate/up fused", "prefill compiled"]
+    assert [r.split(" | ")[0] for r in rows] == [f"| {way}" for way in ways]
     assert all(r.endswith("| none |") for r in rows)  # no fallback: the static loop ran
     assert "decode static" in lines[0]
-    assert lines[-1] == "Replies: 15 of 15 tokens the same in both ways."
+    splits = [line for line in lines if "Ours split" in line]
+    assert [s.split(":")[0] for s in splits] == ways
+    assert all("prefill" in s and "the decode loop" in s for s in splits)
+    assert [line for line in lines if line.startswith("Replies")] == [
+        "Replies, q/k/v and gate/up fused: 15 of 15 tokens as it is.",
+        "Replies, prefill compiled: 15 of 15 tokens as it is.",
+    ]
+    assert lines[-1] == "The prefill compiled into 1 graph(s), 0 graph break(s)."

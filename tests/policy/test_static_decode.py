@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from coevo.policy.base import PolicyError, Sampling
-from coevo.policy.cache import KvLayout, Prefix, fill_prefixes, prefix_buffers
+from coevo.policy.cache import KvLayout, Prefix, cache_over, fill_prefixes, prefix_buffers
 from coevo.policy.hf import HFPolicy, resolve_decode
 from coevo.policy.static_decode import StaticDecoder, room_bucket, rows_bucket, static_attention
 from coevo.render import render_prompt
@@ -361,6 +361,20 @@ def test_fill_prefixes_writes_what_prefix_buffers_writes():
             assert torch.equal(v[row, :, :end], ev[row, :, :end])
         assert not k[4].any()  # a row past the batch's is left alone
     assert b == [None, None] and all(layer is not None for layer in a)  # b freed, a kept
+
+
+def test_caches_over_buffers_are_of_one_class():
+    """Every prefill's cache has layers of one class, not a class made per call: a compiled
+    forward guards on the class, and a new one each call would compile it again each call."""
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(num_hidden_layers=2, num_attention_heads=2, hidden_size=8)
+    buffers = [(torch.zeros(2, 2, 6, 4), torch.zeros(2, 2, 6, 4)) for _ in range(2)]
+    first, second = (cache_over(config, buffers, length, 0) for length in (3, 5))
+    assert {type(layer) for layer in first.layers + second.layers} == {type(first.layers[0])}
+    assert second.layers[1].keys.shape[-2] == 5 and second.layers[1].keys.data_ptr() == (
+        buffers[1][0].data_ptr()
+    )  # over the buffers given, no copy
 
 
 def test_a_capture_that_fails_once_is_tried_again_and_twice_falls_back_saying_both(

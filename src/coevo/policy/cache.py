@@ -11,6 +11,7 @@ name under which its model's forward takes a cache.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +67,7 @@ class Session:
         return Session(self.ids, kv, 0, 0)  # type: ignore[arg-type]
 
 
+@functools.cache
 def _growing_layer_class() -> type:
     from transformers.cache_utils import DynamicLayer
 
