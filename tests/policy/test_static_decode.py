@@ -141,6 +141,24 @@ def test_sessions_over_two_turns_give_what_prompts_sent_whole_give(toy_agent_dir
     assert_same(kept, eager.generate(prompts, sampling, sessions=keys))
 
 
+def test_a_compiled_prefill_runs_a_sessions_second_turn(gqa_model_dir):
+    """The prefill's cache hands a compiled forward one tensor per buffer: a buffer beside a
+    view of it, one of them written, made the compiler fail at the second turn (whose cache
+    holds the first turn's tokens). Compiled with symbolic shapes, as turns vary."""
+    eager, static = both(gqa_model_dir, dtype="float32")
+    static.model = torch.compile(static.model, backend="aot_eager", dynamic=True)
+    tokenizer, keys = static.tokenizer, ["a", "b", "c"]
+    sampling = Sampling(max_new_tokens=6, logprobs=True)
+    firsts = [[Turn("user", f"Type {w}. " * n)] for w, n in (("fig", 1), ("x", 3), ("kiwi", 2))]
+    replies = static.generate([render_prompt(t, tokenizer) for t in firsts], sampling,
+                              sessions=keys)  # fmt: skip
+    seconds = [[*t, Turn("assistant", r.text), Turn("user", "Observation: again.")]
+               for t, r in zip(firsts, replies, strict=True)]  # fmt: skip
+    prompts = [render_prompt(t, tokenizer) for t in seconds]
+    assert_same(static.generate(prompts, sampling, sessions=keys),
+                eager.generate(prompts, sampling), tolerance=1e-4)  # fmt: skip
+
+
 def test_sessions_of_rows_that_ended_at_different_steps(gqa_model_dir):
     eager, static = both(gqa_model_dir, sync_every=4)
     prompts = varied_prompts(eager.tokenizer)

@@ -75,7 +75,10 @@ def _growing_layer_class() -> type:
         """A DynamicLayer that writes new keys/values into reserved room.
 
         The stock layer concatenates at every decoding step, copying the whole cache each
-        time; on CPU that copy cost more than the attention itself.
+        time; on CPU that copy cost more than the attention itself. Its `keys` and `values`
+        are views of the buffers made where they are read, never held beside them: a
+        compiled forward then takes one tensor per buffer (a buffer and a view of it, both
+        handed in and one written, made torch.compile fail at the second turn's prefill).
         """
 
         def __init__(self, reserve: int) -> None:
@@ -84,6 +87,29 @@ def _growing_layer_class() -> type:
             self.length = 0
             self.key_buffer: torch.Tensor | None = None
             self.value_buffer: torch.Tensor | None = None
+
+        @property
+        def keys(self) -> torch.Tensor | None:  # (batch, kv_heads, length, head_dim)
+            if self.key_buffer is None:
+                return self._keys
+            return self.key_buffer[:, :, : self.length]
+
+        @keys.setter
+        def keys(self, value: torch.Tensor | None) -> None:  # DynamicLayer's empty start
+            self._keys = value
+
+        @property
+        def values(self) -> torch.Tensor | None:
+            if self.value_buffer is None:
+                return self._values
+            return self.value_buffer[:, :, : self.length]
+
+        @values.setter
+        def values(self, value: torch.Tensor | None) -> None:
+            self._values = value
+
+        def get_seq_length(self) -> int:
+            return self.length
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
             if not self.is_initialized:
@@ -96,8 +122,6 @@ def _growing_layer_class() -> type:
             self.key_buffer[:, :, self.length : end] = key_states
             self.value_buffer[:, :, self.length : end] = value_states
             self.length = end
-            self.keys = self.key_buffer[:, :, :end]  # (batch, kv_heads, seq, head_dim) views
-            self.values = self.value_buffer[:, :, :end]
             return self.keys, self.values
 
         def _grow(self, old: torch.Tensor | None, new: torch.Tensor, room: int) -> torch.Tensor:
@@ -112,14 +136,16 @@ def _growing_layer_class() -> type:
             filled: the cache starts from them without another copy."""
             self.lazy_initialization(keys, values)
             self.key_buffer, self.value_buffer, self.length = keys, values, length
-            self.keys, self.values = keys[:, :, :length], values[:, :, :length]
 
         def batch_select_indices(self, indices: torch.Tensor) -> None:
             if self.key_buffer is not None:
                 self.key_buffer = self.key_buffer[indices]
                 self.value_buffer = self.value_buffer[indices]
-                self.keys = self.key_buffer[:, :, : self.length]
-                self.values = self.value_buffer[:, :, : self.length]
+
+        def reset(self) -> None:
+            self.key_buffer = self.value_buffer = None
+            self.length = 0
+            super().reset()
 
     return GrowingLayer
 
