@@ -383,7 +383,8 @@ def test_fill_prefixes_writes_what_prefix_buffers_writes():
 
 def test_caches_over_buffers_are_of_one_class():
     """Every prefill's cache has layers of one class, not a class made per call: a compiled
-    forward guards on the class, and a new one each call would compile it again each call."""
+    forward guards on the class, and a new one each call would compile it again each call.
+    Their keys and values are their buffers' views; what would replace them is refused."""
     from transformers import LlamaConfig
 
     config = LlamaConfig(num_hidden_layers=2, num_attention_heads=2, hidden_size=8)
@@ -393,6 +394,8 @@ def test_caches_over_buffers_are_of_one_class():
     assert second.layers[1].keys.shape[-2] == 5 and second.layers[1].keys.data_ptr() == (
         buffers[1][0].data_ptr()
     )  # over the buffers given, no copy
+    with pytest.raises(NotImplementedError, match="keeps its keys in its buffers"):
+        second.layers[0].crop(-1)  # a stock method that would be undone at the next read
 
 
 def test_a_capture_that_fails_once_is_tried_again_and_twice_falls_back_saying_both(

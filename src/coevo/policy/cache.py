@@ -96,6 +96,7 @@ def _growing_layer_class() -> type:
 
         @keys.setter
         def keys(self, value: torch.Tensor | None) -> None:  # DynamicLayer's empty start
+            self._held("keys", value)
             self._keys = value
 
         @property
@@ -106,7 +107,17 @@ def _growing_layer_class() -> type:
 
         @values.setter
         def values(self, value: torch.Tensor | None) -> None:
+            self._held("values", value)
             self._values = value
+
+        def _held(self, name: str, value: torch.Tensor | None) -> None:
+            """Refuse to set what the buffers hold (a stock method that would crop, offload or
+            repeat the cache): it would be lost at the next read, silently."""
+            if value is not None and getattr(self, "key_buffer", None) is not None:
+                raise NotImplementedError(
+                    f"This cache layer keeps its {name} in its buffers; setting them is not "
+                    "supported (crop, offload and repeat are not)."
+                )
 
         def get_seq_length(self) -> int:
             return self.length
