@@ -190,3 +190,18 @@ def test_a_cells_resampled_figures_do_not_move_when_another_env_joins(tmp_path):
     joined = paired(shop + sql, resamples=500)["rows"]["grpo - sft"]
     for column, cell in alone.items():
         assert joined[column] == cell
+
+
+def test_failure_agent_is_compared_with_rft_directly(tmp_path):
+    from tests.analysis.test_null import archived_run
+
+    runs = [
+        archived_run(tmp_path, "sft", 1, {"test_unseen": [0, 0, 1]}, iteration=0),
+        archived_run(tmp_path, "rft", 1, {"test_unseen": [1, 1, 1]}),
+        archived_run(tmp_path, "failure_agent", 1, {"test_unseen": [1, 0, 0]}),
+    ]
+    rows = paired(runs)["rows"]
+    assert list(rows) == ["rft - sft", "failure_agent - sft", "failure_agent - rft"]
+    cell = rows["failure_agent - rft"]["shop test_unseen"]
+    assert cell["mean"] == pytest.approx(-2 / 3)  # t1 and t2 down, t0 level
+    assert (cell["up"], cell["down"], cell["same"]) == (0, 2, 1)

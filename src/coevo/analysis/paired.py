@@ -4,7 +4,8 @@ A table's mean ± std over seeds says how far seeds scatter, not whether a metho
 Every method of an (env, seed) is evaluated greedily on the same held-out tasks, so each task
 gives a paired difference: the method's final reward on it minus the reference run's (same env,
 same seed). Each method is compared with the baseline (SFT), and the paper's claims add direct
-contrasts (`CONTRASTS`): failure-agent minus ETO, each ablation minus failure-agent.
+contrasts (`CONTRASTS`): failure-agent minus ETO and minus RFT, each ablation minus
+failure-agent.
 
 Per comparison and column (env split), the tables lead with the tests of `coevo.analysis.stats`:
 tasks up / down / unchanged (a task of each seed counts once), the exact sign-flip p over those
@@ -31,7 +32,7 @@ from coevo.trajectory import is_success
 
 RESAMPLES = 10_000
 # (method, reference) pairs compared directly besides each method minus the baseline: the
-# paper's failure-agent > ETO; ETO given the failure-agent target's DPO steps (`eto_matched`,
+# paper's failure-agent > ETO, and > RFT (its other baseline that samples and trains); ETO given the failure-agent target's DPO steps (`eto_matched`,
 # benchmarks/learning.py) against both, which tells the hard negatives from the extra
 # training; each second-agent ablation against the method it ablates; agent_data >= GRPO + 5,
 # also with the explorers that need no LLM (benchmarks/learning.py's agent_data_guided and
@@ -41,6 +42,7 @@ RESAMPLES = 10_000
 SIGNAL_ABLATIONS = ("forgetting", "boundary", "rare")
 CONTRASTS = (
     ("failure_agent", "eto"),
+    ("failure_agent", "rft"),
     ("eto_matched", "failure_agent"),
     ("eto_matched", "eto"),
     ("positive_agent", "failure_agent"),
