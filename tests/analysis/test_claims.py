@@ -263,3 +263,24 @@ def test_rows_with_no_spread_at_all_claim_no_detectable_difference(tmp_path):
     md = claims_markdown(rows)
     line = next(x for x in md.splitlines() if x.startswith("| agent_data_random >= grpo + 5 |"))
     assert line.endswith("| - | - |") and ">= 0.0" not in md
+
+
+def test_failure_agent_against_rft_is_a_claim_where_both_ran(tmp_path):
+    runs = grid(tmp_path)
+    assert not [r for r in claims(runs, null_cells(runs)) if r["claim"] == "failure-agent > RFT"]
+    # RFT 1 on every task a failure-agent run scores 1 on, and on one more of test_unseen.
+    runs += [
+        archived_run(
+            tmp_path,
+            "rft",
+            seed,
+            {"test_seen": FAILURE_SEEN[seed], "test_unseen": [1] * 4 + [0] * 4},
+        )
+        for seed in (1, 2, 3)
+    ]
+    rows = claims(runs, null_cells(runs))
+    seen = by_claim(rows, "failure-agent > RFT", "shop test_seen")
+    assert seen["verdict"] == NOT_SHOWN  # no task changed
+    unseen = by_claim(rows, "failure-agent > RFT", "shop test_unseen")
+    assert unseen["verdict"] == NOT_SHOWN
+    assert unseen["evidence"].startswith("failure_agent - rft -")  # below RFT: not a gain

@@ -73,11 +73,16 @@ def claims(
     for env in envs:
         for split in TEST_SPLITS:
             rows.append(order_claim(diffs, spread, f"{env} {split}"))
+    present = {r.method for r in runs}
+    if {"failure_agent", "rft"} <= present:  # the paper's method above this baseline too
+        for env in envs:
+            for split in TEST_SPLITS:
+                column = f"{env} {split}"
+                rows.append(rft_claim(diffs, spread, column))
     for env in envs:
         rows.append(unseen_claim(diffs, spread, env))
     for env in envs:
         rows.append(table2_claim([r for r in [*runs, *branches] if r.env == env], env))
-    present = {r.method for r in runs}
     for method in ("agent_data", *(m for m in EXPLORERS if m in present)):
         for env in envs:
             for split in TEST_SPLITS:
@@ -356,6 +361,11 @@ def margin_claim(
     return contrast_claim(
         f"{method} >= grpo + {MARGIN * 100:.0f}", method, "grpo", diffs, spread, column, MARGIN
     )
+
+
+def rft_claim(diffs: dict[str, Any], spread: dict[str, Any], column: str) -> dict[str, Any]:
+    """The failure agent against RFT, one of the paper's baselines that samples and trains."""
+    return contrast_claim("failure-agent > RFT", "failure_agent", "rft", diffs, spread, column)
 
 
 def feedback_claim(diffs: dict[str, Any], spread: dict[str, Any], column: str) -> dict[str, Any]:
