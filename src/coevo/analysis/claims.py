@@ -77,8 +77,7 @@ def claims(
     if {"failure_agent", "rft"} <= present:  # the paper's method above this baseline too
         for env in envs:
             for split in TEST_SPLITS:
-                column = f"{env} {split}"
-                rows.append(rft_claim(diffs, spread, column))
+                rows.append(rft_claim(diffs, spread, f"{env} {split}"))
     for env in envs:
         rows.append(unseen_claim(diffs, spread, env))
     for env in envs:
