@@ -1,39 +1,40 @@
-"""Probes for issue 37's decode goal: would fusing the projections that read the same input
-(q/k/v, gate/up), or compiling the prefill, cut a decoding call enough to matter?
+"""Probes for issue 37's decode goal: do fused projections (q/k/v, gate/up), or a compiled
+prefill, cut a decoding call enough to matter?
 
     python benchmarks/fused_decode.py --device cuda --model DIR     # a SmolLM2-shaped checkpoint
     python benchmarks/fused_decode.py                                # a fresh nano, on the CPU
 
-A decode step of a small model at batch 64 is many small kernels (30 layers of about a dozen
-each on SmolLM2-135M), so its time is their count more than their work. Fusing q, k and v into
-one matrix product and gate and up into another takes three of a layer's seven products away.
-The prefill (one eager forward over every prompt's new tokens) is launch-bound the same way,
-and no capture plays it: a compiled forward launches fewer, fused kernels.
+A decode step of a small model at batch 64 is many small kernels (30 layers of 14 each on
+SmolLM2-135M, 7 of them matrix products), so its time is their count more than their work.
+`StaticDecoder(fuse=True)` (`coevo.policy.fused`) runs q, k and v as one matrix product and
+gate and up as another: three of a layer's seven products fewer. The prefill (one eager forward
+over every prompt's new tokens) is launch-bound the same way, and no capture plays it: a
+compiled forward launches fewer, fused kernels.
 
 This times `HFPolicy.generate` (decode `graphs` on cuda: compiled and captured; `static` on
 the CPU) on the opening prompts of --batch-size shop tasks, greedy, as `rollout_speed.py`'s
-decode table does, three ways: as it is; on a second copy of the model whose fused layers read
-one matrix product (its weights copied once, before the first call: a probe, not a way to
-train); and as it is with the prefill's forwards run through `torch.compile` (shapes symbolic,
-as every turn's rows and widths would need; the decode steps stay the decoder's). Each way is
-warmed up by one call, then timed --repeats times (the median shown), then split once into its
-prefill and its decode loop; the replies of each way are compared token by token with the
-first's. Prints only.
+decode table does, three ways: as it is; with a second decoder over the same module whose
+step fuses the projections (`fuse=True`, compiled and captured as the first); and as it is
+with the prefill's forwards run through `torch.compile` (shapes symbolic, as every turn's rows
+and widths would need; the decode steps stay the decoder's). Each way is warmed up by one call,
+then timed --repeats times (the median shown), then split once into its prefill and its
+decode loop; the replies of each way are compared token by token with the first's. Prints
+only. When fusing pays on a GPU, `graphs` decoding fuses by default (`decoder_for`).
 
 The compiled prefill is timed on the decode table's prompts (no sessions, empty caches); a
 rollout's later turns (cached tokens, other widths) compile it a few times more, measured on the
 CPU (torch 2.13, SmolLM2-135M in float32, 8 shop episodes, eager decoding with the whole model
 compiled): 4 graphs, about 7 minutes of compiling, and the prefill no faster (31.3 s against
 32.0 and 32.5 uncompiled; the rollout 98.9 s against 67.5 and 71.2, its compiled eager decode
-steps slower): on a CPU the matrix products are the time, so whether it pays is a GPU question. (Until 2026-11-27 it failed outright at a second turn: the cache handed the
-compiler a buffer and a view of it, one of them written.)
+steps slower): on a CPU the matrix products are the time, so whether it pays is a GPU question.
+(Until 2026-11-27 it failed outright at a second turn: the cache handed the compiler a buffer
+and a view of it, one of them written.)
 """
 
 from __future__ import annotations
 
 import argparse
 import tempfile
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from statistics import median
 
@@ -45,42 +46,7 @@ from rollout_speed import decode_split, opening_prompts
 from coevo.envs import make
 from coevo.policy.base import Sampling
 from coevo.policy.hf import HFPolicy
-
-GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
-"""Linear layers of one module that read the same input, called in this order."""
-
-
-def fuse(linears: Sequence[torch.nn.Linear]) -> None:
-    """Make `linears` (called in order, on the same input) run one matrix product: the first
-    computes every output and keeps the others' parts for their calls."""
-    weight = torch.cat([layer.weight.detach() for layer in linears])
-    biases = [layer.bias for layer in linears]
-    bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])  # type: ignore[union-attr]
-    sizes = [layer.out_features for layer in linears]
-    parts: list[torch.Tensor] = []
-
-    def first(x: torch.Tensor) -> torch.Tensor:
-        parts[:] = torch.nn.functional.linear(x, weight, bias).split(sizes, dim=-1)
-        return parts[0]
-
-    def part(i: int) -> Callable[[torch.Tensor], torch.Tensor]:
-        return lambda x: parts[i]
-
-    linears[0].forward = first  # type: ignore[method-assign]
-    for i, layer in enumerate(linears[1:], start=1):
-        layer.forward = part(i)  # type: ignore[method-assign]
-
-
-def fuse_model(model: torch.nn.Module) -> int:
-    """Fuse every group of `GROUPS` found in `model`'s modules; returns how many."""
-    count = 0
-    for module in model.modules():
-        for names in GROUPS:
-            found = [getattr(module, n, None) for n in names]
-            if all(isinstance(f, torch.nn.Linear) for f in found):
-                fuse(found)  # type: ignore[arg-type]
-                count += 1
-    return count
+from coevo.policy.static_decode import StaticDecoder
 
 
 def compile_prefill(policy: HFPolicy) -> None:
@@ -122,8 +88,14 @@ def main(argv: list[str] | None = None) -> list[str]:
             decode="static" if cpu else "graphs",
         )
         plain = HFPolicy(model_dir, **load)
-        fused = HFPolicy(model_dir, **load)
-    groups = fuse_model(fused.model)
+        # The same module, a second decoder: compiled and captured as the first, fused.
+        fused = HFPolicy(model_dir, model=plain.model, **load)
+    if plain.decoder is None:
+        raise SystemExit("This model does not decode over fixed shapes (SDPA, full attention).")
+    fused.decoder = StaticDecoder(
+        fused.model, compile=plain.decoder.compile, capture=plain.decoder.capture, fuse=True
+    )
+    groups = len(fused.decoder.fused)
     if not groups:
         raise SystemExit("No q/k/v or gate/up projections found to fuse in this model.")
     tasks = env.tasks("train")[: args.batch_size]

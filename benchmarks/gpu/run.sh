@@ -13,7 +13,8 @@
 #   rollout-graphs  the same with COEVO_DECODE=graphs, --ours-only --no-write --profile-decode, dynamo's
 #                   recompiles logged (appended to rollout.log)
 #   fused           benchmarks/fused_decode.py --device cuda: graphs decoding as it is, with
-#                   q/k/v and gate/up fused, and with its prefill compiled: probes (appended to
+#                   q/k/v and gate/up fused (StaticDecoder(fuse=True)), and with its prefill
+#                   compiled: probes (appended to
 #                   rollout.log; named on its own)
 #   model           benchmarks/model_speed.py --device cuda                -> model.log
 #   model-compile   the same with --compile (ours' layers compiled, warmed up untimed) -> model.log

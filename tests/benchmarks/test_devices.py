@@ -417,21 +417,6 @@ def test_a_failing_profiler_costs_the_decoding_table_nothing(
     assert any(line.startswith("| coevo `HFPolicy.generate`") for line in lines)
 
 
-def test_fused_projections_compute_what_the_separate_ones_do(bench):
-    """The probe's fusion: q/k/v (and gate/up) read one matrix product, called in order."""
-    fused_decode = bench("fused_decode")
-    torch.manual_seed(0)
-    layers = [torch.nn.Linear(8, n, bias=True) for n in (8, 4, 4)]
-    x = torch.randn(3, 8)
-    want = [layer(x) for layer in layers]
-    block = torch.nn.Module()
-    block.q_proj, block.k_proj, block.v_proj = layers
-    assert fused_decode.fuse_model(block) == 1
-    got = [layer(x) for layer in layers]
-    for a, b in zip(got, want, strict=True):
-        torch.testing.assert_close(a, b)
-
-
 def test_the_decode_probes_reply_as_the_model_does(bench, nano_model_dir):
     fused_decode = bench("fused_decode")
     args = ["--model", str(nano_model_dir), "--batch-size", "3", "--max-new-tokens", "5"]

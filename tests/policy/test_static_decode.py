@@ -6,33 +6,16 @@ masked, slots), tokens are equal and log-probs agree to 1e-9.
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
 from coevo.policy.base import PolicyError, Sampling
 from coevo.policy.cache import KvLayout, Prefix, cache_over, fill_prefixes, prefix_buffers
 from coevo.policy.hf import HFPolicy, resolve_decode
-from coevo.policy.static_decode import StaticDecoder, room_bucket, rows_bucket, static_attention
+from coevo.policy.static_decode import StaticDecoder, room_bucket, rows_bucket
 from coevo.render import render_prompt
 from coevo.trajectory import Turn
 from tests.toy_env import ToyEnv
-
-
-@pytest.fixture(scope="module")
-def gqa_model_dir(nano_model_dir, tmp_path_factory):
-    """The nano checkpoint's tokenizer with a random model whose 4 query heads share 2
-    key/value heads (grouped-query attention, as SmolLM2's 9 share 3)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    out = tmp_path_factory.mktemp("gqa")
-    shutil.copytree(nano_model_dir, out, dirs_exist_ok=True)
-    config = AutoConfig.from_pretrained(out)
-    config.num_key_value_heads = 2
-    torch.manual_seed(1)
-    AutoModelForCausalLM.from_config(config).save_pretrained(out)
-    return out
 
 
 def both(path, dtype="float64", **static) -> tuple[HFPolicy, HFPolicy]:
@@ -260,8 +243,9 @@ def test_a_step_that_would_compile_again_at_every_call_decodes_uncompiled_saying
     assert counter.frame_count == 1
 
 
+@pytest.mark.parametrize("fuse", [False, True])
 def test_captures_are_kept_per_bucket_and_sampling_and_survive_in_place_updates(
-    gqa_model_dir, monkeypatch
+    gqa_model_dir, monkeypatch, fuse
 ):
     """The bookkeeping around CUDA graphs, with a stand-in on the CPU: `_capture` warms up as
     the real one does (moving the state on), and its graph replays the step."""
@@ -271,18 +255,18 @@ def test_captures_are_kept_per_bucket_and_sampling_and_survive_in_place_updates(
             self.decoder, self.args = decoder, args
 
         def replay(self) -> None:
-            with static_attention(self.decoder.model):
+            with self.decoder.stepping():
                 self.decoder.step(*self.args)
 
     def capture(self: StaticDecoder, *args) -> Replay:
         for _ in range(2):
-            with static_attention(self.model):
+            with self.stepping():
                 self.step(*args)
         return Replay(self, args)
 
     monkeypatch.setattr(StaticDecoder, "_capture", capture)
     eager, static = both(gqa_model_dir)
-    static.decoder.capture = True
+    static.decoder = StaticDecoder(static.model, capture=True, fuse=fuse)
     prompts = varied_prompts(eager.tokenizer)
     greedy = Sampling(max_new_tokens=12, logprobs=True, stop=())
     sampled = Sampling(temperature=0.9, max_new_tokens=12, logprobs=True, stop=())

@@ -37,6 +37,7 @@ import torch
 
 from coevo.policy.base import Sampling
 from coevo.policy.cache import KvLayout
+from coevo.policy.fused import FusedProjections
 from coevo.policy.sample import choose
 
 MODES = ("auto", "eager", "static", "graphs")
@@ -220,16 +221,24 @@ class StaticDecoder:
     module: `decoder_for`).
 
     `compile`: what compiles `forward_step` (None: run as it is). `capture`: capture each
-    bucket's step as a CUDA graph (CUDA only). Whatever fails to compile or capture falls
-    back to running uncompiled or uncaptured, with a warning; `fallback` says why.
+    bucket's step as a CUDA graph (CUDA only). `fuse`: the step runs each layer's q/k/v and
+    gate/up projections as one matrix product each (`coevo.policy.fused`). Whatever fails to
+    compile or capture falls back to running uncompiled or uncaptured, with a warning;
+    `fallback` says why.
     """
 
     def __init__(
-        self, model: Any, *, compile: Callable | None = None, capture: bool = False
+        self,
+        model: Any,
+        *,
+        compile: Callable | None = None,
+        capture: bool = False,
+        fuse: bool = False,
     ) -> None:
         self._model = weakref.ref(model)
         self.compile = compile
         self.capture = capture
+        self.fused = FusedProjections(model) if fuse else None
         self.fallback: str | None = None
         self.captures = 0  # graphs captured so far
         self._forward: Callable | None = None
@@ -245,6 +254,14 @@ class StaticDecoder:
         if model is None:
             raise RuntimeError("The model of this StaticDecoder is gone.")
         return model
+
+    @contextlib.contextmanager
+    def stepping(self) -> Iterator[None]:
+        """The model as a step runs it: attention over slots (`static_attention`), and the
+        fused projections where asked for."""
+        fused = self.fused.active() if self.fused is not None else contextlib.nullcontext()
+        with static_attention(self.model), fused:
+            yield
 
     def release(self) -> None:
         """Free the buffers and graphs (they come back, captured anew, on the next call)."""
@@ -336,6 +353,8 @@ class StaticDecoder:
             slots.first_stop[:n] = torch.where(stop, 0, room)
 
         reset()
+        if self.fused is not None:
+            self.fused.refresh()  # the weights as they are now, where the graphs read them
         graph = None
         if self.capture:
             graph, captured = self._graph(slots, sampling, stops, keyword)
@@ -350,6 +369,8 @@ class StaticDecoder:
         # capture refuses (the H200 run of 2026-11-26: `aten.scalar_tensor` at this fill,
         # then "Cannot copy between CPU and CUDA tensors during CUDA graph capture").
         slots.mask.index_fill_(1, slots.slot, True)
+        if self.fused is not None:
+            self.fused.forget()
         logits = self._forward_step()(
             model, slots.cache, slots.ids, slots.positions, slots.mask, keyword
         )
@@ -371,6 +392,8 @@ class StaticDecoder:
         update) mean capturing again."""
         model = self.model
         weights = tuple(t.data_ptr() for t in (*model.parameters(), *model.buffers()))
+        if self.fused is not None:
+            weights += self.fused.pointers()
         if weights != self._weights:
             for each in self._slots.values():
                 each.graphs.clear()
@@ -410,7 +433,7 @@ class StaticDecoder:
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream), sdpa_kernel(backends):
             for _ in range(2):
-                with static_attention(self.model):
+                with self.stepping():
                     self.step(slots, sampling, stop_ids, keyword)
         torch.cuda.current_stream(device).wait_stream(stream)
         if self._pool is None:
@@ -420,7 +443,7 @@ class StaticDecoder:
         # Compiling inside a capture fails (it copies constants from the host): a step the
         # warm-up did not compile for raises at once, naming the guard that failed.
         strict = torch._dynamo.config.patch(error_on_recompile=True)
-        with sdpa_kernel(backends), static_attention(self.model), strict, capturing:
+        with sdpa_kernel(backends), self.stepping(), strict, capturing:
             self.step(slots, sampling, stop_ids, keyword)
         return graph
 
@@ -503,7 +526,7 @@ class Decoding:
             for _ in range(steps):
                 self.graph.replay()
         else:
-            with static_attention(self.decoder.model):
+            with self.decoder.stepping():
                 for _ in range(steps):
                     self.decoder.step(self.slots, self.sampling, self.stop_ids, self.keyword)
         self.chosen = upto
