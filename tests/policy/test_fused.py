@@ -8,6 +8,7 @@ import torch
 
 from coevo.policy.base import Sampling
 from coevo.policy.fused import FusedProjections
+from coevo.policy.hf import HFPolicy
 from coevo.policy.static_decode import StaticDecoder
 from tests.policy.test_static_decode import assert_same, both, varied_prompts
 
@@ -102,3 +103,25 @@ def test_only_plain_linears_of_one_input_are_fused():
     want = [linear(x) for linear in fused.groups[1]]
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_a_fused_and_a_plain_decoder_over_one_module_keep_their_compilations(gqa_model_dir):
+    """The probe's two ways (`benchmarks/fused_decode.py`), calls alternating: each decoder
+    compiles its step once and neither falls back."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compile = lambda fn: torch.compile(fn, backend=counter, fullgraph=True)  # noqa: E731
+    eager, plain = both(gqa_model_dir)
+    fused = HFPolicy(gqa_model_dir, model=plain.model, dtype="float64", decode="static")
+    plain.decoder = StaticDecoder(plain.model, compile=compile)
+    fused.decoder = StaticDecoder(plain.model, compile=compile, fuse=True)
+    prompts = varied_prompts(eager.tokenizer)
+    greedy = Sampling(max_new_tokens=8, logprobs=True, stop=())
+    want = eager.generate(prompts, greedy)
+    for _ in range(2):
+        for policy in (plain, fused):
+            assert_same(policy.generate(prompts, greedy), want)
+            assert policy.decoder.fallback is None
+    assert counter.frame_count == 2
