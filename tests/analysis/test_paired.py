@@ -99,7 +99,13 @@ def test_three_seeds_with_direct_contrasts(tmp_path):
     direct = rows["failure_agent - eto"]["shop test_seen"]
     assert (direct["up"], direct["down"], direct["same"]) == (12, 0, 3)
     assert direct["mean"] == pytest.approx(0.7) and direct["verdict"] == "gain"
+    # The table's three tests are one family (Holm): 2/4096 x 3 for the two smallest (the
+    # second kept at the first's), 0.25 x 1 for ETO's.
+    assert [rows[n]["shop test_seen"]["p_holm"] for n in rows] == pytest.approx(
+        [0.25, 6 / 4096, 6 / 4096]
+    )
     md = to_markdown(compare(runs))
+    assert "| eto - sft | shop test_seen | +10.0 |" in md and "| 3 | 0.250 |" in md
     assert "| failure_agent - eto | shop test_seen | +70.0 | 12 / 0 / 3 | < 0.001 |" in md
     assert "| [+30.3, +129.7] | gain |" in md
     # The seed means the interval above was taken over, with the tasks behind each.

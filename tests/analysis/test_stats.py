@@ -12,6 +12,7 @@ from coevo.analysis.stats import (
     counts,
     detectable,
     fisher_exact,
+    holm,
     pooled_sd,
     seed_interval,
     sign_flip_test,
@@ -166,3 +167,12 @@ def test_fisher_exact_by_hand():
     assert fisher_exact(0, 3, 0, 5) == 1.0
     with pytest.raises(ValueError, match="out of range"):
         fisher_exact(5, 4, 0, 4)
+
+
+def test_holm_adjusts_a_family_step_down():
+    # Sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> kept at
+    # 0.06 (never below the one before): back in the given order.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.6]) == [1.0, 1.0]  # at most 1
+    assert holm([0.2]) == [0.2]  # a family of one: as it was
+    assert holm([]) == []

@@ -199,8 +199,8 @@ def paired(
     metric: str = "reward",
     resamples: int = RESAMPLES,
 ) -> dict[str, Any]:
-    """{"baseline", "metric", "columns", "rows": {"method - reference": {column: tested()}},
-    "per_seed": {"method - reference": {column: {seed: seed_cell()}}}, "notes"} for each of
+    """{"baseline", "metric", "columns", "rows": {"method - reference": {column: tested(),
+    with "p_holm": its p adjusted over every cell of the table (`stats.holm`)}}, "per_seed": {"method - reference": {column: {seed: seed_cell()}}}, "notes"} for each of
     `contrasts` whose reference run (same env and seed) is among `runs`."""
     pairs, notes = seed_pairs(runs, baseline, metric)
     columns, diffs = _grouped(pairs)
@@ -213,6 +213,10 @@ def paired(
         }
         for name, cols in diffs.items()
     }
+    # The table's every test is one family: each cell's p adjusted for all of them.
+    cells = [cell for cols in rows.values() for cell in cols.values()]
+    for cell, adjusted in zip(cells, stats.holm([c["p"] for c in cells]), strict=True):
+        cell["p_holm"] = adjusted
     each_seed: dict[str, dict[str, dict[int, dict[str, Any]]]] = defaultdict(dict)
     for name, column, seed, values in pairs:
         each_seed[name].setdefault(column, {})[seed] = seed_cell(values)
@@ -238,13 +242,14 @@ HEAD = [
     "verdict",
     "bootstrap 95% (tasks)",
     "seeds",
+    "p, Holm over the table",
 ]
 
 
 def paired_rows(table: dict[str, Any]) -> list[list[str]]:
     """The table's cells, one row per comparison and column, in HEAD's order."""
     return [
-        [name, column, *comparison_cells(cells[column])]
+        [name, column, *comparison_cells(cells[column]), holm_cell(cells[column])]
         for name, cells in table["rows"].items()
         for column in table["columns"]
         if column in cells
@@ -263,6 +268,11 @@ def comparison_cells(d: dict[str, Any]) -> list[str]:
         interval_cell(d["low"], d["high"]),
         str(d["seeds"]),
     ]
+
+
+def holm_cell(d: dict[str, Any]) -> str:
+    """The cell's Holm-adjusted p (`0.012`, `< 0.001`, `1.000`)."""
+    return p_cell(d["p_holm"], exact=True)
 
 
 def p_cell(p: float, exact: bool) -> str:
@@ -298,7 +308,11 @@ def paired_note(table: dict[str, Any]) -> str:
         f"excludes 0 on the same side; '{stats.TASKS_UP}' / '{stats.TASKS_DOWN}' when p < "
         f"{stats.ALPHA} with too few seeds for the seed-level check; else {stats.NOT_SHOWN}. "
         "Bootstrap: 95% percentile interval resampling each seed's tasks (lenient when few "
-        "tasks change)."
+        "tasks change). p, Holm over the table: the sign-flip p adjusted for all "
+        f"{sum(map(len, table['rows'].values()))} tests of this table by Holm's step-down "
+        f"method; below {stats.ALPHA} the difference holds with the family-wise error rate "
+        f"under {stats.ALPHA} (a stricter reading than the verdict's, which takes each test "
+        "alone)."
     )
 
 

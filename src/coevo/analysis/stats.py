@@ -16,6 +16,9 @@ Beside them: the smallest difference a grid of tasks x seeds could detect (`dete
 permutation test of two different task sets (`split_test`: is the gain on test_unseen
 larger than on test_seen), and Fisher's exact test of two shares (`fisher_exact`: Table 2's
 hard negatives, whose episodes the archives keep as counts, not one by one).
+
+A table of many comparisons tests many hypotheses at once: `holm` adjusts its p-values so that
+the chance of any false "p < ALPHA" among them stays under ALPHA.
 """
 
 from __future__ import annotations
@@ -157,6 +160,19 @@ def seed_interval(seed_means: list[float]) -> tuple[float, float] | None:
     sd = math.sqrt(sum((m - mean) ** 2 for m in seed_means) / (k - 1))
     half = t_quantile_975(k - 1) * sd / math.sqrt(k)
     return mean - half, mean + half
+
+
+def holm(ps: list[float]) -> list[float]:
+    """Holm's step-down adjustment of one family of p-values, in their order: the k-th
+    smallest (k from 0) times (family size - k), never below the adjusted one before it, at
+    most 1. Rejecting where the adjusted p < ALPHA keeps the family-wise error rate under
+    ALPHA, whatever the dependence between the tests."""
+    adjusted = [0.0] * len(ps)
+    running = 0.0
+    for k, i in enumerate(sorted(range(len(ps)), key=lambda i: ps[i])):
+        running = max(running, min(1.0, (len(ps) - k) * ps[i]))
+        adjusted[i] = running
+    return adjusted
 
 
 def verdict(total: float, p: float, interval: tuple[float, float] | None) -> str:
