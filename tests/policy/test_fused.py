@@ -58,12 +58,22 @@ def test_fused_replies_equal_the_eager_loops_as_the_weights_change(gqa_model_dir
     sampled = Sampling(temperature=0.9, max_new_tokens=12, logprobs=True, stop=())
     seeds = [1, 2, 3, 4, 5]
 
+    keys = ["a", "b", "c", "d", "e"]
+
     def same() -> None:
         assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy))
         assert_same(
             static.generate(prompts, sampled, seeds=seeds),
             eager.generate(prompts, sampled, seeds=seeds),
         )
+        # Two turns over sessions: the second prefills only its new tokens.
+        replies = static.generate(prompts, sampled, seeds=seeds, sessions=keys)
+        later = [p + list(r.token_ids) + p[-3:] for p, r in zip(prompts, replies, strict=True)]
+        assert_same(
+            static.generate(later, sampled, seeds=seeds, sessions=keys),
+            eager.generate(later, sampled, seeds=seeds),
+        )
+        static.end_sessions(keys)
 
     same()
     with torch.no_grad():
