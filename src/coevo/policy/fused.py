@@ -1,4 +1,4 @@
-"""Projections that read the same input, run as one matrix product in a compiled decode step.
+"""Projections that read the same input, run as one matrix product in the fixed-shape decode step.
 
 A decode step of a small model at batch 64 is many small kernels (SmolLM2-135M: 30 layers of
 14 each, 7 of them matrix products, counted in the step inductor compiles on the CPU), and on
