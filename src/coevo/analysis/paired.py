@@ -34,7 +34,8 @@ RESAMPLES = 10_000
 # (method, reference) pairs compared directly besides each method minus the baseline: the
 # paper's failure-agent > ETO, and > RFT (its other baseline that samples and trains); ETO
 # given the failure-agent target's DPO steps (`eto_matched`, benchmarks/learning.py) against
-# both, which tells the hard negatives from the extra training; each second-agent ablation against the method it ablates; agent_data >= GRPO + 5,
+# both, which tells the hard negatives from the extra training; each second-agent ablation
+# against the method it ablates; agent_data >= GRPO + 5,
 # also with the explorers that need no LLM (benchmarks/learning.py's agent_data_guided and
 # agent_data_random), guided against random (the paper: signal feedback beats random
 # exploration), each one-signal ablation of the guided row against it, and the guided row
@@ -200,7 +201,8 @@ def paired(
     resamples: int = RESAMPLES,
 ) -> dict[str, Any]:
     """{"baseline", "metric", "columns", "rows": {"method - reference": {column: tested(),
-    with "p_holm": its p adjusted over every cell of the table (`stats.holm`)}}, "per_seed": {"method - reference": {column: {seed: seed_cell()}}}, "notes"} for each of
+    with "p_holm": its p adjusted over every cell of the table (`stats.holm`)}},
+    "per_seed": {"method - reference": {column: {seed: seed_cell()}}}, "notes"} for each of
     `contrasts` whose reference run (same env and seed) is among `runs`."""
     pairs, notes = seed_pairs(runs, baseline, metric)
     columns, diffs = _grouped(pairs)

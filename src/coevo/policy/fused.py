@@ -102,18 +102,18 @@ class FusedProjections:
                     linear.forward = was  # type: ignore[method-assign]
 
 
-def stacked(held: torch.Tensor | None, parts: list[torch.Tensor]) -> torch.Tensor:
-    """`parts` stacked along their first dimension into `held`, or into a new tensor where
-    `held` is missing or of another shape, dtype or device."""
+def stacked(into: torch.Tensor | None, parts: list[torch.Tensor]) -> torch.Tensor:
+    """`parts` stacked along their first dimension into `into`, or into a new tensor where
+    `into` is missing or of another shape, dtype or device."""
     shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
     like = parts[0]
     if (
-        held is None
-        or held.shape != shape
-        or (held.dtype, held.device) != (like.dtype, like.device)
+        into is None
+        or into.shape != shape
+        or (into.dtype, into.device) != (like.dtype, like.device)
     ):
-        held = like.new_empty(shape)
-    return torch.cat([p.detach() for p in parts], out=held)
+        into = like.new_empty(shape)
+    return torch.cat([p.detach() for p in parts], out=into)
 
 
 def fusable(found: list[Any]) -> bool:
