@@ -84,7 +84,7 @@ from coevo.lengths import common_prefix
 from coevo.policy.base import Sampling
 from coevo.policy.hf import HFPolicy
 from coevo.policy.models import PRETRAINED, get_model
-from coevo.policy.static_decode import Decoding
+from coevo.policy.static_decode import Decoding, StaticDecoder
 from coevo.render import Conversation, render_prompt
 from coevo.rollout import rollout
 from coevo.seeds import derive, episode_seed
@@ -268,6 +268,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="on cuda, profile one more decode call of ours (torch.profiler): kernels per "
         "decode step and the ones that take the most GPU time",
     )
+    parser.add_argument(
+        "--decoder",
+        nargs="+",
+        choices=("fuse", "prefill"),
+        default=(),
+        help="with decode static or graphs, the fixed-shape decoder's options "
+        "(`StaticDecoder`: fused projections, the prefill over slots): issue 37's probes, not "
+        "yet defaults",
+    )
     parser.add_argument("--workers", type=int, help="compare N Ray env workers with in-process")
     parser.add_argument("--env", default="sciworld", help="the env of --workers (default sciworld)")
     parser.add_argument("--max-steps", type=int, default=10, help="step budget with --workers")
@@ -322,6 +331,14 @@ def main() -> None:
             model_dir = Path(tmp) / "nano"
             init_model(env, "nano", model_dir, seed=0)
         policy = HFPolicy(model_dir, dtype="float32" if cpu else "bfloat16", device=args.device)
+        if args.decoder:
+            if policy.decoder is None:
+                raise SystemExit("--decoder asks for decode static or graphs (COEVO_DECODE).")
+            made = policy.decoder
+            options = dict.fromkeys(args.decoder, True)
+            policy.decoder = StaticDecoder(
+                policy.model, compile=made.compile, capture=made.capture, **options
+            )
         # transformers' own generate, timed beside ours on cuda, gets a copy of its own.
         theirs = None if cpu or args.ours_only else load_copy(model_dir, policy)
     sampling = Sampling(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
@@ -336,10 +353,8 @@ def main() -> None:
         # (compiling and capturing the decode step, cuDNN plans), the second shows the rate of
         # every later stage. The breakdown and the peak memory are the last run's.
         rows = []
-        names = [
-            f"lockstep (rollout), {policy.decode}",
-            f"lockstep (rollout), {policy.decode}, again",
-        ]
+        way = f"{policy.decode} ({', '.join(args.decoder)})" if args.decoder else policy.decode
+        names = [f"lockstep (rollout), {way}", f"lockstep (rollout), {way}, again"]
         for name in names[: 1 + args.again]:
             breakdown = Breakdown(args.device) if args.breakdown else nullcontext()
             with gpu_peak(args.device) as lock_peak, clock(args.device) as took, breakdown:

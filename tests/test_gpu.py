@@ -150,10 +150,13 @@ def test_a_nano_eto_run_on_cuda_end_to_end(tmp_path):
             assert store.trajectories(stage=f"eval-1-{split}")
 
 
-@pytest.mark.parametrize("fuse", [False, True])
-def test_bf16_cuda_graph_decoding_gives_the_eager_loops_replies(toy_agent_dir, fuse):
+@pytest.mark.parametrize(
+    "options", [{}, {"fuse": True}, {"prefill": True}], ids=["plain", "fused", "prefill"]
+)
+def test_bf16_cuda_graph_decoding_gives_the_eager_loops_replies(toy_agent_dir, options):
     """`decode="graphs"` (`auto` on CUDA: a compiled step replayed as CUDA graphs), its
-    projections fused or not (`coevo.policy.fused`), against the eager loop in bf16: greedy
+    projections fused or not (`coevo.policy.fused`), its prefill over the slots, compiled, or
+    transformers' (`StaticDecoder(prefill=True)`), against the eager loop in bf16: greedy
     replies, alone and over sessions, differ in at most MISMATCH of rows; the graphs are
     captured once and replayed on the next call; an in-place weight update (an optimizer step)
     reaches the replays with no new capture."""
@@ -165,11 +168,11 @@ def test_bf16_cuda_graph_decoding_gives_the_eager_loops_replies(toy_agent_dir, f
         toy_agent_dir, model=eager.model, dtype="bfloat16", device="cuda", decode="graphs"
     )
     assert graphs.decode == "graphs" and graphs.decoder is not None
-    if fuse:
+    if options:
         graphs.decoder = StaticDecoder(
-            graphs.model, compile=default_compile, capture=True, fuse=True
+            graphs.model, compile=default_compile, capture=True, **options
         )
-        assert len(graphs.decoder.fused) > 0
+        assert not options.get("fuse") or len(graphs.decoder.fused) > 0
     env = ToyEnv()
     tasks = env.tasks("train") + env.tasks("test_seen") + env.tasks("test_unseen")
     firsts = [[Turn("user", f"{env.instruction_prompt}\n\n{env.reset(t)[0]}")] for t in tasks]

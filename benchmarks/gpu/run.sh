@@ -13,9 +13,12 @@
 #   rollout-graphs  the same with COEVO_DECODE=graphs, --ours-only --no-write --profile-decode, dynamo's
 #                   recompiles logged (appended to rollout.log)
 #   fused           benchmarks/fused_decode.py --device cuda: graphs decoding as it is, with
-#                   q/k/v and gate/up fused (StaticDecoder(fuse=True)), and with its prefill
-#                   compiled: probes (appended to
-#                   rollout.log; named on its own)
+#                   q/k/v and gate/up fused (StaticDecoder(fuse=True)), with the prefill over
+#                   slots, compiled (StaticDecoder(prefill=True)), and with both: probes
+#                   (appended to rollout.log; named on its own, or in decode)
+#   rollout-options the rollout-graphs run with `--decoder $DECODER_OPTIONS` (default: fuse
+#                   prefill), no profile: the probes' options in lockstep rollouts (appended to
+#                   rollout.log; named on its own, or in decode)
 #   model           benchmarks/model_speed.py --device cuda                -> model.log
 #   model-compile   the same with --compile (ours' layers compiled, warmed up untimed) -> model.log
 #   dpo             benchmarks/dpo_speed.py --device cuda                  -> dpo.log
@@ -27,9 +30,9 @@
 #                   `WITH_MODEL=1 prepare.sh`, carried by two calls on one warm machine); runs in
 #                   $GPU_TMP/learning-runs resume in a later call; archives and learning-cuda.md
 #                   come back in results.tar.gz                           -> learning.log
-# Groups: tests = gpu-tests suite; decode = rollout rollout-graphs fused;
-# train = model model-compile dpo dpo-compile grpo; all = every part but fused and learning (each
-# named on its own).
+# Groups: tests = gpu-tests suite; decode = rollout rollout-graphs fused rollout-options;
+# train = model model-compile dpo dpo-compile grpo; all = every part but fused, rollout-options
+# and learning (each named on its own).
 #
 # Each part runs under its own `timeout` (its cap, or what is left of BUDGET_S seconds for the
 # whole script if less; a part with under MIN_PART_S left is skipped and says so), so one
@@ -46,12 +49,14 @@
 #                  with `auto`, graphs there, each compiling its steps
 #   CAP_MODEL_COMPILE=200 (128 s on 2b149dc, H200: ours' two child runs compile, 23 and 33 s)
 #   CAP_DPO_COMPILE=200 (139 s on ddf3c25, H100; 146 s on 2b149dc, H200)
-#   CAP_FUSED=210 (not yet run: two compiles and captures of the decode step, about 45 s each,
-#                 and a compile of the prefill)
+#   CAP_FUSED=240 (not yet run: two compiles and captures of the decode step, about 45 s each,
+#                 and a compile of the prefill over slots)
+#   CAP_ROLLOUT_OPTIONS=150 (not yet run: rollout-graphs took 83-93 s, profile included)
 #   CAP_GRPO=60 CAP_SUITE=200         each part's own cap, seconds (measured on an H200,
 #                                     2026-11-26: 55, 80, 65-124, 34, 42, 32, ~100)
 #   CAP_LEARNING=420                  the learning part's (never run on a GPU yet)
 #   ROLLOUT_ARGS MODEL_ARGS DPO_ARGS GRPO_ARGS LEARNING_ARGS   the scripts' flags (defaults below)
+#   DECODER_OPTIONS="fuse prefill"   rollout-options' `--decoder` (fuse, prefill or both)
 #   SUITE_WORKERS=12    pytest-xdist workers for the suite if xdist is there (0: serial)
 #   PYTHON=python3      the image's python (the one that holds CUDA torch)
 #   GPU_TMP=/tmp        where the wheels are installed, the model built and the caches kept
@@ -91,17 +96,20 @@ PRETRAINED_CACHE=$TMPROOT/gpu-cache-pretrained  # COEVO_CACHE of the learning pa
 LEARNING_RUNS=$TMPROOT/learning-runs    # the learning part's runs (resumed by a later call)
 
 ALL=(gpu-tests rollout rollout-graphs model model-compile dpo dpo-compile grpo suite)
-ORDER=(gpu-tests rollout rollout-graphs fused model model-compile dpo dpo-compile grpo suite learning)
+ORDER=(gpu-tests rollout rollout-graphs fused rollout-options model model-compile dpo dpo-compile
+    grpo suite learning)
 declare -A CAP=(
     [gpu-tests]=${CAP_GPU_TESTS:-240} [rollout]=${CAP_ROLLOUT:-150}
-    [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [fused]=${CAP_FUSED:-210} [model]=${CAP_MODEL:-90}
+    [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [fused]=${CAP_FUSED:-240}
+    [rollout-options]=${CAP_ROLLOUT_OPTIONS:-150} [model]=${CAP_MODEL:-90}
     [model-compile]=${CAP_MODEL_COMPILE:-200}
     [dpo]=${CAP_DPO:-90} [dpo-compile]=${CAP_DPO_COMPILE:-200} [grpo]=${CAP_GRPO:-60}
     [suite]=${CAP_SUITE:-200}
     [learning]=${CAP_LEARNING:-420}
 )
 declare -A LOG=(
-    [gpu-tests]=gpu-tests [rollout]=rollout [rollout-graphs]=rollout [fused]=rollout [model]=model [dpo]=dpo
+    [gpu-tests]=gpu-tests [rollout]=rollout [rollout-graphs]=rollout [fused]=rollout
+    [rollout-options]=rollout [model]=model [dpo]=dpo
     [model-compile]=model [dpo-compile]=dpo
     [grpo]=grpo [suite]=suite [learning]=learning
 )
@@ -113,10 +121,10 @@ for arg in "$@"; do
     case "$arg" in
     all) for p in "${ALL[@]}"; do WANT[$p]=1; done ;;
     tests) WANT[gpu-tests]=1 WANT[suite]=1 ;;
-    decode) WANT[rollout]=1 WANT[rollout-graphs]=1 WANT[fused]=1 ;;
+    decode) WANT[rollout]=1 WANT[rollout-graphs]=1 WANT[fused]=1 WANT[rollout-options]=1 ;;
     train) WANT[model]=1 WANT[model-compile]=1 WANT[dpo]=1 WANT[dpo-compile]=1 WANT[grpo]=1 ;;
-    gpu-tests | rollout | rollout-graphs | fused | model | model-compile | dpo | dpo-compile | grpo | \
-        suite | learning)
+    gpu-tests | rollout | rollout-graphs | fused | rollout-options | model | model-compile | dpo | \
+        dpo-compile | grpo | suite | learning)
         WANT[$arg]=1
         ;;
     *)
@@ -385,6 +393,12 @@ for part in "${ORDER[@]}"; do
     fused)
         run_part fused "${BENCH_ENV[@]}" "$PY" benchmarks/fused_decode.py --device cuda \
             --model "$MODEL"
+        ;;
+    rollout-options)
+        # shellcheck disable=SC2086
+        run_part rollout-options "${BENCH_ENV[@]}" COEVO_DECODE=graphs TORCH_LOGS=recompiles \
+            "$PY" benchmarks/rollout_speed.py --device cuda --model "$MODEL" $ROLLOUT_ARGS \
+            --no-write --ours-only --decoder ${DECODER_OPTIONS:-fuse prefill}
         ;;
     model)
         # shellcheck disable=SC2086

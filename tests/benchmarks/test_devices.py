@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from coevo.policy.static_decode import StaticDecoder
+
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 SCRIPTS = ["model_speed", "dpo_speed", "grpo_speed", "rollout_speed"]
 
@@ -392,6 +394,26 @@ def test_again_times_the_same_lockstep_rollout_twice(bench, monkeypatch, capsys,
     assert int(first[3]) > 0
 
 
+def test_the_decoders_options_reach_the_lockstep_rollout(bench, monkeypatch, capsys, one_thread):
+    """`--decoder fuse prefill` (the GPU kit's rollout-options): the rollout decodes with a
+    decoder of those options, named in the table; with the eager loop it is refused."""
+    rollout = bench("rollout_speed")
+    argv = ["rollout_speed.py", "--tasks", "2", "--batch-size", "2", "--max-new-tokens", "4"]
+    argv += ["--skip-sequential", "--no-write", "--decoder", "fuse", "prefill"]
+    monkeypatch.setattr(sys, "argv", argv)
+    made = []
+    monkeypatch.setattr(
+        rollout, "StaticDecoder", lambda *a, **k: made.append(k) or StaticDecoder(*a, **k)
+    )
+    with pytest.raises(SystemExit, match="decode static or graphs"):
+        rollout.main()  # the CPU's default: the eager loop
+    monkeypatch.setenv("COEVO_DECODE", "static")
+    rollout.main()
+    assert [(k["fuse"], k["prefill"]) for k in made] == [(True, True)]
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("| lockstep (rollout), static (fuse, prefill) |") for line in lines)
+
+
 def test_grpo_speed_passes_ours_decoding_loop_to_its_child(bench, monkeypatch, tmp_path):
     grpo = bench("grpo_speed")
     calls = []
@@ -422,7 +444,7 @@ def test_the_decode_probes_reply_as_the_model_does(bench, nano_model_dir):
     args = ["--model", str(nano_model_dir), "--batch-size", "3", "--max-new-tokens", "5"]
     lines = fused_decode.main([*args, "--repeats", "1"])
     rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
-    ways = ["as it is", "q/k/v and gate/up fused", "prefill compiled"]
+    ways = ["as it is", "q/k/v and gate/up fused", "prefill over slots", "both"]
     assert [r.split(" | ")[0] for r in rows] == [f"| {way}" for way in ways]
     assert all(r.endswith("| none |") for r in rows)  # no fallback: the static loop ran
     assert "decode static" in lines[0]
@@ -430,7 +452,10 @@ def test_the_decode_probes_reply_as_the_model_does(bench, nano_model_dir):
     assert [s.split(":")[0] for s in splits] == ways
     assert all("prefill" in s and "the decode loop" in s for s in splits)
     assert [line for line in lines if line.startswith("Replies")] == [
-        "Replies, q/k/v and gate/up fused: 15 of 15 tokens as it is.",
-        "Replies, prefill compiled: 15 of 15 tokens as it is.",
+        f"Replies, {way}: 15 of 15 tokens as it is." for way in ways[1:]
     ]
-    assert lines[-1] == "The prefill compiled into 1 graph(s), 0 graph break(s)."
+    assert lines[-1] == (  # static: nothing compiled
+        "Compiled by each way's calls: "
+        + "; ".join(f"{way} 0 graph(s), 0 graph break(s)" for way in ways)
+        + "."
+    )

@@ -18,10 +18,14 @@ from coevo.trajectory import Turn
 from tests.toy_env import ToyEnv
 
 
-def both(path, dtype="float64", **static) -> tuple[HFPolicy, HFPolicy]:
-    """An eager and a static policy over the same module."""
+def both(path, dtype="float64", prefill=False, **static) -> tuple[HFPolicy, HFPolicy]:
+    """An eager and a static policy over the same module; with `prefill`, the static one's
+    decoder runs its prefill over the slots (`StaticDecoder(prefill=True)`)."""
     eager = HFPolicy(path, dtype=dtype, decode="eager")
-    return eager, HFPolicy(path, model=eager.model, dtype=dtype, decode="static", **static)
+    fixed = HFPolicy(path, model=eager.model, dtype=dtype, decode="static", **static)
+    if prefill:
+        fixed.decoder = StaticDecoder(fixed.model, prefill=True)
+    return eager, fixed
 
 
 def varied_prompts(tokenizer) -> list[list[int]]:
@@ -45,13 +49,14 @@ def assert_same(static, eager, tolerance: float = 1e-9) -> None:
             assert a.logprobs == pytest.approx(b.logprobs, abs=tolerance)
 
 
+@pytest.mark.parametrize("prefill", [False, True])
 @pytest.mark.parametrize("model", ["nano", "gqa"])
 @pytest.mark.parametrize(("dtype", "tolerance"), [("float64", 1e-9), ("float32", 1e-5)])
 def test_greedy_replies_equal_the_eager_loops(
-    model, dtype, tolerance, nano_model_dir, gqa_model_dir
+    model, dtype, tolerance, prefill, nano_model_dir, gqa_model_dir
 ):
     """Equal tokens; float32 log-probs differ in the last bits (sums over more slots)."""
-    eager, static = both(nano_model_dir if model == "nano" else gqa_model_dir, dtype)
+    eager, static = both(nano_model_dir if model == "nano" else gqa_model_dir, dtype, prefill)
     prompts = varied_prompts(eager.tokenizer)  # 5 rows of different lengths: 3 pad rows
     for tokens in (1, 2, 24):
         sampling = Sampling(max_new_tokens=tokens, logprobs=True, stop=())
@@ -81,8 +86,9 @@ def test_stop_ids_and_stop_strings_end_rows_where_the_eager_loop_does(
         assert replies[0].finish_reason == "stop" and len(replies[0].token_ids) < 30
 
 
-def test_sampled_replies_with_seeds_equal_the_eager_loops(gqa_model_dir):
-    eager, static = both(gqa_model_dir, sync_every=5)
+@pytest.mark.parametrize("prefill", [False, True])
+def test_sampled_replies_with_seeds_equal_the_eager_loops(gqa_model_dir, prefill):
+    eager, static = both(gqa_model_dir, prefill=prefill, sync_every=5)
     prompts = varied_prompts(eager.tokenizer)
     seeds = [11, 12, 13, 14, 15]
     for sampling in (
@@ -97,8 +103,11 @@ def test_sampled_replies_with_seeds_equal_the_eager_loops(gqa_model_dir):
     assert static.generate(prompts, seeded) == static.generate(prompts, seeded)
 
 
-def test_sessions_over_two_turns_give_what_prompts_sent_whole_give(toy_agent_dir, monkeypatch):
-    eager, static = both(toy_agent_dir)
+@pytest.mark.parametrize("prefill", [False, True])
+def test_sessions_over_two_turns_give_what_prompts_sent_whole_give(
+    toy_agent_dir, monkeypatch, prefill
+):
+    eager, static = both(toy_agent_dir, prefill=prefill)
     env = ToyEnv()
     tasks = env.tasks("train") + env.tasks("test_unseen")[:3]
     firsts = [[Turn("user", f"{env.instruction_prompt}\n\n{env.reset(t)[0]}")] for t in tasks]
@@ -110,15 +119,16 @@ def test_sessions_over_two_turns_give_what_prompts_sent_whole_give(toy_agent_dir
                for t, r in zip(firsts, replies, strict=True)]  # fmt: skip
     prompts = [render_prompt(t, static.tokenizer) for t in seconds]
     fed = []
-    feed = static._feed
+    owner, name = (static.decoder, "feed") if prefill else (static, "_fed_inputs")
+    feed = getattr(owner, name)
 
-    def spy(batch, cached, width, *rest):
-        fed.append(width)
-        return feed(batch, cached, width, *rest)
+    def spy(*args):
+        fed.append(args[1].shape[1] if prefill else args[2])  # the ids' width, or `width`
+        return feed(*args)
 
-    monkeypatch.setattr(static, "_feed", spy)
+    monkeypatch.setattr(owner, name, spy)
     kept = static.generate(prompts, sampling, sessions=keys)
-    assert max(fed) < min(len(p) for p in prompts) // 2  # only the new turns ran
+    assert fed and max(fed) < min(len(p) for p in prompts) // 2  # only the new turns ran
     assert_same(kept, static.generate(prompts, sampling))
     assert_same(kept, eager.generate(prompts, sampling))
     assert_same(kept, eager.generate(prompts, sampling, sessions=keys))
@@ -142,8 +152,9 @@ def test_a_compiled_prefill_runs_a_sessions_second_turn(gqa_model_dir):
                 eager.generate(prompts, sampling), tolerance=1e-4)  # fmt: skip
 
 
-def test_sessions_of_rows_that_ended_at_different_steps(gqa_model_dir):
-    eager, static = both(gqa_model_dir, sync_every=4)
+@pytest.mark.parametrize("prefill", [False, True])
+def test_sessions_of_rows_that_ended_at_different_steps(gqa_model_dir, prefill):
+    eager, static = both(gqa_model_dir, prefill=prefill, sync_every=4)
     prompts = varied_prompts(eager.tokenizer)
     sampling = Sampling(temperature=1.0, max_new_tokens=16, logprobs=True, stop=("e", "a", "o"))
     keys, seeds = list(range(len(prompts))), [1, 2, 3, 4, 5]
@@ -157,12 +168,12 @@ def test_sessions_of_rows_that_ended_at_different_steps(gqa_model_dir):
     )
 
 
-def counted_decoder(model) -> tuple[StaticDecoder, object]:
+def counted_decoder(model, **options) -> tuple[StaticDecoder, object]:
     from torch._dynamo.testing import CompileCounterWithBackend
 
     counter = CompileCounterWithBackend("aot_eager")  # inductor would take minutes here
     compile = lambda fn: torch.compile(fn, backend=counter, fullgraph=True)  # noqa: E731
-    return StaticDecoder(model, compile=compile), counter
+    return StaticDecoder(model, compile=compile, **options), counter
 
 
 def test_the_step_compiles_as_one_graph_reused_across_calls_buckets_and_weight_updates(
@@ -191,6 +202,34 @@ def test_the_step_compiles_as_one_graph_reused_across_calls_buckets_and_weight_u
             p.mul_(1.5)
     assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy))
     assert counter.frame_count == 1
+
+
+def test_the_prefill_over_slots_compiles_once_for_every_rows_width_and_room(gqa_model_dir):
+    """`StaticDecoder(prefill=True)`: one graph for the prefill beside the step's, whatever a
+    call feeds: one row or many, a whole prompt or a session's new turn, a prompt fed again
+    whole (one uncached token: fed with a cached one), another room; replies as eager's."""
+    torch._dynamo.reset()
+    eager, static = both(gqa_model_dir)
+    static.decoder, counter = counted_decoder(static.model, prefill=True)
+    prompts = varied_prompts(eager.tokenizer)
+    greedy = Sampling(max_new_tokens=10, logprobs=True, stop=())
+    keys = list(range(len(prompts)))
+    replies = static.generate(prompts, greedy, sessions=keys)
+    assert_same(replies, eager.generate(prompts, greedy))
+    assert counter.frame_count == 2  # the step and the prefill, each one graph
+    turn = render_prompt([Turn("user", "Observation: try again.")], eager.tokenizer)
+    later = [p + list(r.token_ids) + turn for p, r in zip(prompts, replies, strict=True)]
+    assert_same(static.generate(later, greedy, sessions=keys), eager.generate(later, greedy))
+    again = [p + list(r.token_ids) for p, r in zip(prompts, replies, strict=True)]
+    assert_same(static.generate(again, greedy, sessions=keys), eager.generate(again, greedy))
+    assert_same(static.generate(prompts[:1], greedy), eager.generate(prompts[:1], greedy))
+    longer = [p * 30 for p in prompts[:3]]  # another rows bucket and room
+    assert_same(static.generate(longer, greedy), eager.generate(longer, greedy))
+    with torch.no_grad():  # an optimizer's in-place update: played, not compiled anew
+        for p in static.model.parameters():
+            p.mul_(1.5)
+    assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy))
+    assert counter.frame_count == 2 and static.decoder.fallback is None
 
 
 def test_the_next_model_of_the_same_shape_reuses_the_steps_compilation(gqa_model_dir):
@@ -231,7 +270,7 @@ def test_a_step_that_would_compile_again_at_every_call_decodes_uncompiled_saying
     prompts = varied_prompts(eager.tokenizer)
     greedy = Sampling(max_new_tokens=8, logprobs=True, stop=())
     try:
-        with pytest.warns(UserWarning, match="decoding uncompiled") as caught:
+        with pytest.warns(UserWarning, match="decode step failed") as caught:
             assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy))
     finally:
         handle.remove()

@@ -40,6 +40,7 @@ from coevo.policy.sample import choose, draws
 from coevo.policy.static_decode import (
     MODES,
     Decoding,
+    Slots,
     decoder_for,
     room_bucket,
     rows_bucket,
@@ -307,7 +308,7 @@ class HFPolicy:
         n, steps = len(prompts), sampling.max_new_tokens
         total = max(len(p) for p in prompts)
         slots = self.decoder.slots(rows_bucket(n), room_bucket(total + steps + 1), self._layout)
-        _, attention, logits, order = self._prefill(prompts, sessions, steps, kv=slots.kv)
+        _, attention, logits, order = self._prefill(prompts, sessions, steps, slots=slots)
         run = self.decoder.start(
             slots,
             logits,
@@ -404,12 +405,13 @@ class HFPolicy:
         prompts: list[list[int]],
         sessions: Sequence[Hashable] | None,
         max_new_tokens: int,
-        kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        slots: Slots | None = None,
     ) -> tuple[Any, torch.Tensor, torch.Tensor, list[int]]:
         """Run the prompts' uncached tokens; returns the cache, attention mask, next logits
-        and the batch's row order (batch row -> prompt index). With `kv` (per layer
-        (rows >= n, kv_heads, room >= total + max_new_tokens + 1, head_dim)), the keys and
-        values go into its first rows instead of new buffers.
+        and the batch's row order (batch row -> prompt index). With `slots` (a fixed-shape
+        bucket: rows >= n, room >= total + max_new_tokens + 1), the keys and values go into
+        its first rows instead of new buffers; where its decoder runs the prefill itself
+        (`StaticDecoder(prefill=True)`), all rows at once, two tokens a row at least.
 
         Rows are fed in groups of like uncached length (`length_groups`: a long page beside
         a one-line error message need not share a width), every row of a group its group's
@@ -430,9 +432,12 @@ class HFPolicy:
             for entry, prompt in zip(entries, prompts, strict=True)
         ]
         uncached = [len(p) - r for p, r in zip(prompts, reuse, strict=True)]
+        fed_by_decoder = slots is not None and self.decoder is not None and self.decoder.prefill
+        if fed_by_decoder:
+            uncached = [max(u, 2) for u in uncached]  # a cached token again: see `feed`
         groups = (
             length_groups(uncached, self.prefill_waste)
-            if self._layout is not None
+            if self._layout is not None and not fed_by_decoder
             else [list(range(n))]
         )
         order = [i for rows in groups for i in rows]
@@ -454,8 +459,14 @@ class HFPolicy:
             width = fed[order[0]]
             cache = new_cache(self.model.config, prefixes, width=total - width, free=free)
             logits = self._feed([prompts[i] for i in order], cached, width, total, cache)
+        elif fed_by_decoder:
+            buffers = [(k[:n], v[:n]) for k, v in slots.kv]
+            fill_prefixes(buffers, prefixes, ends, free)
+            inputs = self._fed_inputs([prompts[i] for i in order], cached, fed[order[0]], total)
+            logits = self.decoder.feed(slots, *inputs, self._cache_keyword)
+            cache = None  # the slots are the cache
         else:
-            if kv is None:
+            if slots is None:
                 buffers = prefix_buffers(
                     self._layout,
                     prefixes,
@@ -466,7 +477,7 @@ class HFPolicy:
                     free=free,
                 )
             else:
-                buffers = [(k[:n], v[:n]) for k, v in kv]
+                buffers = [(k[:n], v[:n]) for k, v in slots.kv]
                 fill_prefixes(buffers, prefixes, ends, free)
             parts, start = [], 0
             for rows in groups:
@@ -487,11 +498,12 @@ class HFPolicy:
         attention = right_aligned([len(prompts[i]) for i in order], total)  # (batch, slots)
         return cache, attention.to(self.device), logits, order
 
-    def _feed(
-        self, prompts: list[list[int]], cached: list[int], width: int, total: int, cache: Any
-    ) -> torch.Tensor:
-        """Run each prompt's tokens after its first `cached` (its last `width` at most,
-        right-aligned) on a cache holding the cached ones; returns the next logits."""
+    def _fed_inputs(
+        self, prompts: list[list[int]], cached: list[int], width: int, total: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The ids (rows, width) of each prompt's tokens after its first `cached` (its last
+        `width` at most, right-aligned), their positions, and each row's real slots
+        (rows, total), on the device."""
         # Built whole rather than row by row: on a GPU's host every small op is a cost.
         parts = [prompt[c:] for prompt, c in zip(prompts, cached, strict=True)]
         ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in parts])  # (rows, fed)
@@ -500,10 +512,18 @@ class HFPolicy:
         first = torch.tensor([c - width + len(p) for p, c in zip(parts, cached, strict=True)])
         positions = (torch.arange(width) + first[:, None]) * fed
         attention = right_aligned([len(p) for p in prompts], total)  # (rows, slots)
+        return ids.to(self.device), positions.to(self.device), attention.to(self.device)
+
+    def _feed(
+        self, prompts: list[list[int]], cached: list[int], width: int, total: int, cache: Any
+    ) -> torch.Tensor:
+        """Run each prompt's tokens after its first `cached` (its last `width` at most,
+        right-aligned) on a cache holding the cached ones; returns the next logits."""
+        ids, positions, attention = self._fed_inputs(prompts, cached, width, total)
         return self.model(
-            input_ids=ids.to(self.device),
-            attention_mask=attention.to(self.device),
-            position_ids=positions.to(self.device),
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=positions,
             **{self._cache_keyword: cache},
             use_cache=True,
             logits_to_keep=1,

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from coevo.policy.base import Sampling
 from coevo.policy.cache import KvLayout
@@ -195,6 +196,40 @@ def forward_step(
     return out.logits[:, -1, :]
 
 
+def forward_fed(
+    model: Any,
+    cache: Any,
+    ids: torch.Tensor,
+    positions: torch.Tensor,
+    attention: torch.Tensor,
+    span: torch.Tensor,
+    keyword: str,
+) -> torch.Tensor:
+    """The prefill over slots (`StaticDecoder.feed`): each row's fed tokens `ids` (rows,
+    width) through the model over a cache of slot layers that write at `span`, the slots
+    [total - width, total) (`attention`: (rows, total), each row's real slots, the fed ones
+    included). Returns the next logits (rows, vocab).
+
+    A fed token attends to the real slots up to its own, and always to its own (a left pad,
+    attending nothing else, stays finite and is masked for every real token); slots past
+    `total` are masked. Every size here is symbolic: compiled, one graph serves every call."""
+    total, room = attention.shape[1], cache.layers[0].keys.shape[2]
+    slots = torch.arange(room, device=ids.device)
+    real = F.pad(attention.bool(), (0, room - total))  # (rows, room)
+    before = slots[None, :] <= span[:, None]  # (width, room)
+    own = slots[None, :] == span[:, None]
+    mask = (real[:, None, :] & before) | own  # (rows, width, room)
+    out = model(
+        input_ids=ids,
+        attention_mask=mask[:, None],  # 4-D: passed to attention as it is
+        position_ids=positions,
+        **{keyword: cache},
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return out.logits[:, -1, :]
+
+
 def sample_step(slots: Slots, logits: torch.Tensor, sampling: Sampling, stop_ids: torch.Tensor):
     """Choose, record and feed back each row's next token, all on the device."""
     u = slots.uniforms.index_select(1, slots.step)[:, 0]
@@ -222,9 +257,11 @@ class StaticDecoder:
 
     `compile`: what compiles `forward_step` (None: run as it is). `capture`: capture each
     bucket's step as a CUDA graph (CUDA only). `fuse`: the step runs each layer's q/k/v and
-    gate/up projections as one matrix product each (`coevo.policy.fused`). Whatever fails to
-    compile or capture falls back to running uncompiled or uncaptured, with a warning;
-    `fallback` says why.
+    gate/up projections as one matrix product each (`coevo.policy.fused`). `prefill`: the
+    prefill runs over the bucket's slots too (`feed`: `forward_fed`, compiled as the step is,
+    one graph for every call), rather than transformers' forward over a growing cache. Whatever
+    fails to compile or capture falls back to running uncompiled or uncaptured, with a
+    warning; `fallback` says why.
     """
 
     def __init__(
@@ -234,14 +271,17 @@ class StaticDecoder:
         compile: Callable | None = None,
         capture: bool = False,
         fuse: bool = False,
+        prefill: bool = False,
     ) -> None:
         self._model = weakref.ref(model)
         self.compile = compile
         self.capture = capture
         self.fused = FusedProjections(model) if fuse else None
+        self.prefill = prefill
         self.fallback: str | None = None
         self.captures = 0  # graphs captured so far
         self._forward: Callable | None = None
+        self._fed: Callable | None = None
         self._arena: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer, flat
         self._slots: dict[tuple[int, int], Slots] = {}
         self._weights: tuple[int, ...] = ()  # data pointers the graphs were captured with
@@ -362,6 +402,43 @@ class StaticDecoder:
                 reset()  # the warm-up steps moved the state on
         return Decoding(self, slots, logits.shape[0], sampling, stops, keyword, graph)
 
+    def feed(
+        self,
+        slots: Slots,
+        ids: torch.Tensor,  # (n, width) each row's fed tokens, right-aligned (left pads)
+        positions: torch.Tensor,  # (n, width) their positions (pads: 0)
+        attention: torch.Tensor,  # (n, total) each row's real slots, the fed ones included
+        keyword: str,
+    ) -> torch.Tensor:
+        """The prefill of rows [0, n) over the bucket's slots (`forward_fed`), their cached
+        tokens already there; returns the next logits (n, vocab).
+
+        At two rows at least (a pad row below) and two tokens (the caller feeds a cached
+        token again rather than one alone): torch.compile compiles sizes of 1 apart."""
+        n, width = ids.shape
+        if width < 2:
+            raise ValueError(f"feed runs two tokens a row at least, got {width}.")
+        rows = max(n, 2)
+        if rows > n:
+            below = (0, 0, 0, rows - n)
+            ids, positions, attention = (F.pad(t, below) for t in (ids, positions, attention))
+        kv = [(k[:rows], v[:rows]) for k, v in slots.kv]
+        total = attention.shape[1]
+        span = torch.arange(total - width, total, device=ids.device)  # the slots fed
+        # Rows, widths, totals and room vary by call: one compilation serves them all.
+        for t in (ids, positions, attention, span, *(x for pair in kv for x in pair)):
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+        for t in (ids, positions, attention):
+            torch._dynamo.maybe_mark_dynamic(t, 1)
+        for t in (x for pair in kv for x in pair):
+            torch._dynamo.maybe_mark_dynamic(t, 2)
+        from transformers.cache_utils import Cache
+
+        layer = _slot_layer_class()
+        cache = Cache(layers=[layer(k, v, span) for k, v in kv])
+        fed = self._forward_fed()(self.model, cache, ids, positions, attention, span, keyword)
+        return fed[:n]
+
     def step(self, slots: Slots, sampling: Sampling, stop_ids: torch.Tensor, keyword: str):
         model = self.model
         # The fed token attends to itself. Outside the compiled part: compiled, the fill's
@@ -381,8 +458,17 @@ class StaticDecoder:
             if self.compile is None:
                 self._forward = forward_step
             else:
-                self._forward = _falling_back(self, self.compile(forward_step), forward_step)
+                compiled = self.compile(forward_step)
+                self._forward = _falling_back(self, "_forward", compiled, forward_step)
         return self._forward
+
+    def _forward_fed(self) -> Callable:
+        if self._fed is None:
+            if self.compile is None:
+                self._fed = forward_fed
+            else:
+                self._fed = _falling_back(self, "_fed", self.compile(forward_fed), forward_fed)
+        return self._fed
 
     def _graph(
         self, slots: Slots, sampling: Sampling, stop_ids: torch.Tensor, keyword: str
@@ -464,19 +550,22 @@ def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
-def _falling_back(decoder: StaticDecoder, compiled: Callable, plain: Callable) -> Callable:
-    """`compiled`, or `plain` from its first failure on (compiling happens on the first call,
-    before anything runs, so the state is untouched).
+def _falling_back(
+    decoder: StaticDecoder, held: str, compiled: Callable, plain: Callable
+) -> Callable:
+    """`compiled`, or `plain` from its first failure on, when it becomes the decoder's `held`
+    (compiling happens on the first call, before anything runs, so the state is untouched).
 
-    The step compiles once for every bucket (`default_compile`), so a later call that would
-    compile again is a failure too: a guard that fails at every call (the H100 run of
-    2026-11-26: a forward hook's Python counter) would otherwise compile anew at each step, tens
-    of seconds each on a GPU, until dynamo's recompile limit."""
+    The step (and the prefill) compiles once for every bucket (`default_compile`), so a later
+    call that would compile again is a failure too: a guard that fails at every call (the H100
+    run of 2026-11-26: a forward hook's Python counter) would otherwise compile anew at each
+    step, tens of seconds each on a GPU, until dynamo's recompile limit."""
     compiled_once = False
+    what = "the prefill" if held == "_fed" else "the decode step"
 
     def run(*args: Any) -> Any:
         nonlocal compiled_once
-        if decoder._forward is plain:
+        if getattr(decoder, held) is plain:
             return plain(*args)
         strict = (
             torch._dynamo.config.patch(error_on_recompile=True)
@@ -489,9 +578,9 @@ def _falling_back(decoder: StaticDecoder, compiled: Callable, plain: Callable) -
         except Exception as exc:  # noqa: BLE001 - a compiler failure: decode uncompiled
             if _capturing():  # the capture's failure, not the compiler's: `_graph` decides
                 raise
-            decoder._forward = plain
-            decoder.fallback = f"compiling the decode step failed ({type(exc).__name__}: {exc})"
-            warnings.warn(f"{decoder.fallback}; decoding uncompiled.", stacklevel=2)
+            setattr(decoder, held, plain)
+            decoder.fallback = f"compiling {what} failed ({type(exc).__name__}: {exc})"
+            warnings.warn(f"{decoder.fallback}; running it uncompiled.", stacklevel=2)
             return plain(*args)
         compiled_once = True
         return out
