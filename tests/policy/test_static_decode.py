@@ -232,22 +232,24 @@ def test_the_prefill_over_slots_compiles_once_for_every_rows_width_and_room(gqa_
     assert counter.frame_count == 2 and static.decoder.fallback is None
 
 
-def test_the_next_model_of_the_same_shape_reuses_the_steps_compilation(gqa_model_dir):
+@pytest.mark.parametrize("prefill", [False, True])
+def test_the_next_model_of_the_same_shape_reuses_the_steps_compilation(gqa_model_dir, prefill):
     """Each stage of a run loads its own checkpoint, a new module with its own decoder: the
-    process compiles the step once (tens of seconds with inductor on a GPU), not per stage."""
+    process compiles the step (and the prefill over slots) once (tens of seconds with inductor
+    on a GPU), not per stage."""
     torch._dynamo.reset()
     greedy = Sampling(max_new_tokens=8, logprobs=True, stop=())
     compile = None  # the first decoder's (counting) compile, given to the next ones
     for _ in range(3):
         eager, static = both(gqa_model_dir)
         if compile is None:
-            static.decoder, counter = counted_decoder(static.model)
+            static.decoder, counter = counted_decoder(static.model, prefill=prefill)
             compile = static.decoder.compile
         else:
-            static.decoder = StaticDecoder(static.model, compile=compile)
+            static.decoder = StaticDecoder(static.model, compile=compile, prefill=prefill)
         prompts = varied_prompts(eager.tokenizer)
         assert_same(static.generate(prompts, greedy), eager.generate(prompts, greedy))
-        assert counter.frame_count == 1 and static.decoder.fallback is None
+        assert counter.frame_count == 1 + prefill and static.decoder.fallback is None
 
 
 def test_a_step_that_would_compile_again_at_every_call_decodes_uncompiled_saying_why(
