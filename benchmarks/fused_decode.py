@@ -112,34 +112,43 @@ def main(argv: list[str] | None = None) -> list[str]:
     labels = ("q/k/v and gate/up fused", "prefill over slots", "both")
     ways = (("as it is", plain), *zip(labels, others, strict=True))
     replies, splits, compiled = [], [], []
-    for label, policy in ways:
-        before = compiler_counts()
+    cut = None
+    try:
+        for label, policy in ways:
+            before = compiler_counts()
 
-        def call(policy=policy):
-            return [c.token_ids for c in policy.generate(prompts, sampling)]
+            def call(policy=policy):
+                return [c.token_ids for c in policy.generate(prompts, sampling)]
 
-        warm, times, reply, _ = timed_calls(call, args.repeats, args.device)
-        sec, fast, slow = median(times), min(times), max(times)
-        steps = max(map(len, reply))
-        replies.append(reply)
-        splits.append(f"{label}: {decode_split(args.device, lambda c=call, n=steps: (n, c()))}")
-        graphs, breaks = (b - a for a, b in zip(before, compiler_counts(), strict=True))
-        compiled.append(f"{label} {graphs} graph(s), {breaks} graph break(s)")
-        # A step that failed to compile or capture ran uncompiled: its time is not the probe's.
-        fallback = policy.decoder.fallback if policy.decoder is not None else None
-        lines.append(
-            f"| {label} | {warm:.1f} | {sec:.3f} | {fast:.3f}-{slow:.3f} | {steps} | "
-            f"{1000 * sec / steps:.2f} | {fallback or 'none'} |"
-        )
+            warm, times, reply, _ = timed_calls(call, args.repeats, args.device)
+            sec, fast, slow = median(times), min(times), max(times)
+            steps = max(map(len, reply))
+            split = decode_split(args.device, lambda c=call, n=steps: (n, c()))
+            graphs, breaks = (b - a for a, b in zip(before, compiler_counts(), strict=True))
+            # A step that failed to compile or capture ran uncompiled: its time is not the probe's.
+            fallback = policy.decoder.fallback if policy.decoder is not None else None
+            replies.append(reply)  # the way whole, or not at all
+            splits.append(f"{label}: {split}")
+            compiled.append(f"{label} {graphs} graph(s), {breaks} graph break(s)")
+            lines.append(
+                f"| {label} | {warm:.1f} | {sec:.3f} | {fast:.3f}-{slow:.3f} | {steps} | "
+                f"{1000 * sec / steps:.2f} | {fallback or 'none'} |"
+            )
+    except KeyboardInterrupt:  # the GPU kit's timeout (SIGINT): keep the ways measured
+        cut = f"Cut off by an interrupt in the way '{label}': the ways above it are whole."
     lines += ["", *splits, ""]
-    first = replies[0]
-    for (label, _), reply in zip(ways[1:], replies[1:], strict=True):
+    first = replies[0] if replies else []
+    for (label, _), reply in zip(ways[1:], replies[1:], strict=False):
         pairs = list(zip(first, reply, strict=True))
         same = sum(x == y for a, b in pairs for x, y in zip(a, b, strict=False))
         total = sum(max(len(a), len(b)) for a, b in pairs)
         lines.append(f"Replies, {label}: {same:,} of {total:,} tokens as it is.")
     lines.append(f"Compiled by each way's calls: {'; '.join(compiled)}.")
-    print("\n".join(lines))
+    if cut is not None:
+        lines.append(cut)
+    print("\n".join(lines), flush=True)
+    if cut is not None:
+        raise SystemExit(130)
     return lines
 
 

@@ -394,6 +394,32 @@ def test_again_times_the_same_lockstep_rollout_twice(bench, monkeypatch, capsys,
     assert int(first[3]) > 0
 
 
+def test_an_interrupted_probe_prints_the_ways_it_measured(bench, nano_model_dir, monkeypatch):
+    """The GPU kit stops a part at its cap with SIGINT: the probe prints what it has."""
+    fused_decode = bench("fused_decode")
+    generate = fused_decode.HFPolicy.generate
+    calls = []
+
+    def cut_in_the_second_way(policy, *args, **kwargs):
+        calls.append(policy.decoder)
+        if len(set(map(id, calls))) == 2:
+            raise KeyboardInterrupt
+        return generate(policy, *args, **kwargs)
+
+    monkeypatch.setattr(fused_decode.HFPolicy, "generate", cut_in_the_second_way)
+    lines = []
+    monkeypatch.setattr("builtins.print", lambda text, **_: lines.extend(text.splitlines()))
+    args = ["--model", str(nano_model_dir), "--batch-size", "3", "--max-new-tokens", "5"]
+    with pytest.raises(SystemExit) as stop:
+        fused_decode.main([*args, "--repeats", "1"])
+    assert stop.value.code == 130
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert [r.split(" | ")[0] for r in rows] == ["| as it is"]
+    assert lines[-1] == (
+        "Cut off by an interrupt in the way 'q/k/v and gate/up fused': the ways above it are whole."
+    )
+
+
 def test_the_decoders_options_reach_the_lockstep_rollout(bench, monkeypatch, capsys, one_thread):
     """`--decoder fuse prefill` (the GPU kit's rollout-options): the rollout decodes with a
     decoder of those options, named in the table; with the eager loop it is refused."""
