@@ -51,7 +51,8 @@
 #   CAP_DPO_COMPILE=200 (139 s on ddf3c25, H100; 146 s on 2b149dc, H200)
 #   CAP_FUSED=240 (not yet run: two compiles and captures of the decode step, about 45 s each,
 #                 and a compile of the prefill over slots)
-#   CAP_ROLLOUT_OPTIONS=150 (not yet run: rollout-graphs took 83-93 s, profile included)
+#   CAP_ROLLOUT_OPTIONS=180 (not yet run: rollout-graphs took 83-93 s, profile included; this
+#                 one compiles a fused step and the prefill too)
 #   CAP_GRPO=60 CAP_SUITE=200         each part's own cap, seconds (measured on an H200,
 #                                     2026-11-26: 55, 80, 65-124, 34, 42, 32, ~100)
 #   CAP_LEARNING=420                  the learning part's (never run on a GPU yet)
@@ -101,7 +102,7 @@ ORDER=(gpu-tests rollout rollout-graphs fused rollout-options model model-compil
 declare -A CAP=(
     [gpu-tests]=${CAP_GPU_TESTS:-240} [rollout]=${CAP_ROLLOUT:-150}
     [rollout-graphs]=${CAP_ROLLOUT_GRAPHS:-180} [fused]=${CAP_FUSED:-240}
-    [rollout-options]=${CAP_ROLLOUT_OPTIONS:-150} [model]=${CAP_MODEL:-90}
+    [rollout-options]=${CAP_ROLLOUT_OPTIONS:-180} [model]=${CAP_MODEL:-90}
     [model-compile]=${CAP_MODEL_COMPILE:-200}
     [dpo]=${CAP_DPO:-90} [dpo-compile]=${CAP_DPO_COMPILE:-200} [grpo]=${CAP_GRPO:-60}
     [suite]=${CAP_SUITE:-200}
