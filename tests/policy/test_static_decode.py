@@ -225,6 +225,10 @@ def test_the_prefill_over_slots_compiles_once_for_every_rows_width_and_room(gqa_
     assert_same(static.generate(prompts[:1], greedy), eager.generate(prompts[:1], greedy))
     longer = [p * 30 for p in prompts[:3]]  # another rows bucket and room
     assert_same(static.generate(longer, greedy), eager.generate(longer, greedy))
+    ones = [p[:1] for p in prompts[:2]]  # one token each: transformers' prefill
+    assert_same(static.generate(ones, greedy), eager.generate(ones, greedy))
+    mixed = [prompts[0][:1], prompts[1]]  # one token beside many: a pad before the one
+    assert_same(static.generate(mixed, greedy), eager.generate(mixed, greedy))
     with torch.no_grad():  # an optimizer's in-place update: played, not compiled anew
         for p in static.model.parameters():
             p.mul_(1.5)

@@ -432,9 +432,14 @@ class HFPolicy:
             for entry, prompt in zip(entries, prompts, strict=True)
         ]
         uncached = [len(p) - r for p, r in zip(prompts, reuse, strict=True)]
-        fed_by_decoder = slots is not None and self.decoder is not None and self.decoder.prefill
+        total = max(len(p) for p in prompts)  # slots every row's real tokens end at
+        # The decoder's prefill feeds two tokens a row at least (`feed`): a cached one again,
+        # or a pad in the row's pad slots; prompts of one token all go transformers' way.
+        fed_by_decoder = (
+            slots is not None and self.decoder is not None and self.decoder.prefill and total > 1
+        )
         if fed_by_decoder:
-            uncached = [max(u, 2) for u in uncached]  # a cached token again: see `feed`
+            uncached = [max(u, 2) for u in uncached]
         groups = (
             length_groups(uncached, self.prefill_waste)
             if self._layout is not None and not fed_by_decoder
@@ -442,7 +447,6 @@ class HFPolicy:
         )
         order = [i for rows in groups for i in rows]
         fed = {i: max(uncached[j] for j in rows) for rows in groups for i in rows}
-        total = max(len(p) for p in prompts)  # slots every row's real tokens end at
         # Cached tokens kept: at most `reuse`, by the choice of each group's width.
         cached = [max(len(prompts[i]) - fed[i], 0) for i in order]
         prefixes = [
