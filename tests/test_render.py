@@ -12,6 +12,7 @@ from coevo.render import (
     ContextTooLongError,
     Conversation,
     RenderError,
+    _Template,
     end_of_turn_ids,
     render,
     render_prompt,
@@ -326,3 +327,76 @@ def test_cutting_in_blocks_keeps_the_cached_prefix_for_several_steps(tokenizer):
         render_prompt(trajectory(14).turns[: 1 + 2 * k], tokenizer, max_length=budget)
         for k in range(len(minimal))
     ]
+
+
+SANDBOX_PROBES = [
+    "{{ messages.pop() }}",  # a list's mutating method
+    "{{ messages[0].clear() }}",  # a dict's
+    "{{ ''.__class__.__mro__ }}",  # Python's internals
+    "{% for m in messages %}{{ m.pop('role') }}{% endfor %}",
+    "{% for m in messages %}{{ m.items() | list }}{{ loop.first }}{% endfor %}",  # allowed
+]
+
+
+@pytest.mark.parametrize("template", SANDBOX_PROBES)
+def test_the_sandbox_refuses_and_allows_as_transformers_does(template):
+    """Rendering remembers the sandbox's verdicts (`_remembering_verdicts`): each template
+    renders, or is refused with jinja's SecurityError, exactly as `apply_chat_template` does,
+    asked twice (the second time from remembered verdicts)."""
+    tok = train_tokenizer(CORPUS, vocab_size=300, chat_template=template)
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+
+    def outcome(render_once):
+        try:
+            return "ok", render_once()
+        except Exception as exc:  # noqa: BLE001 - the outcome compared, whatever it is
+            return type(exc).__name__, str(exc)
+
+    theirs = outcome(lambda: tok.apply_chat_template(messages, tokenize=False))
+    ours = _Template.of(tok)
+    for _ in range(2):
+        assert outcome(lambda: ours(messages, generation=False)) == theirs
+    assert messages == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+
+
+def test_the_sandbox_is_asked_once_per_type_and_attribute(monkeypatch):
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    asked = []
+    verdict = ImmutableSandboxedEnvironment.is_safe_attribute
+
+    def counted(self, obj, attr, value):
+        asked.append((type(obj).__name__, attr))
+        return verdict(self, obj, attr, value)
+
+    monkeypatch.setattr(ImmutableSandboxedEnvironment, "is_safe_attribute", counted)
+    tok = train_tokenizer(CORPUS, vocab_size=300, chat_template=CHAT_TEMPLATE)
+    tok.chat_template = "{% for m in messages %}{{ loop.first }}{{ m.get('role') }}{% endfor %}"
+    template = _Template.of(tok)
+    messages = [{"role": "user", "content": str(i)} for i in range(6)]
+    for _ in range(3):
+        assert template(messages, generation=False) == "Trueuser" + "Falseuser" * 5
+    assert sorted(asked) == [("LoopContext", "first"), ("dict", "get")]
+
+
+def test_an_object_whose_class_is_not_its_type_is_asked_every_time(monkeypatch):
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from coevo.render import _remembering_verdicts
+
+    class Disguised:  # `__class__` says list: isinstance would follow it
+        __class__ = list
+        pop = None
+
+    asked = []
+    verdict = ImmutableSandboxedEnvironment.is_safe_attribute
+    monkeypatch.setattr(
+        ImmutableSandboxedEnvironment,
+        "is_safe_attribute",
+        lambda self, obj, attr, value: asked.append(attr) or verdict(self, obj, attr, value),
+    )
+    source = "{{ thing.pop }}"
+    template = _remembering_verdicts(ImmutableSandboxedEnvironment().from_string(source), source)
+    for _ in range(3):
+        template.render(thing=Disguised())
+    assert asked == ["pop"] * 3

@@ -104,7 +104,8 @@ class _Template:
         try:
             from transformers.utils.chat_template_utils import _compile_jinja_template
 
-            self.compiled = _compile_jinja_template(self.source)
+            compiled = _compile_jinja_template(self.source)
+            self.compiled = _remembering_verdicts(compiled, self.source)
         except (ImportError, AttributeError):  # another transformers: take the public road
             self.compiled = None
 
@@ -134,6 +135,37 @@ class _Template:
         with contextlib.suppress(AttributeError):  # cache on the tokenizer: compile once
             tokenizer._coevo_template = template
         return template
+
+
+def _remembering_verdicts(template: Any, source: str) -> Any:
+    """`template` (of `source`) compiled again in an overlay of its sandbox that remembers the sandbox's
+    verdict on each (type, attribute) it is asked about (a template's `loop.first`, say), so
+    that rendering a conversation asks once, not once per message and render.
+
+    Sound for jinja's `ImmutableSandboxedEnvironment` as it is (checked: the overlay is made only
+    for that class): its verdict reads the attribute's name and `isinstance` tests of the
+    object, nothing else, so objects of one type get one verdict; an object whose `__class__`
+    is not its type is asked anew every time. Every refusal stays a refusal."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    environment = template.environment
+    if type(environment) is not ImmutableSandboxedEnvironment:
+        return template
+    overlay = environment.overlay()
+    ask = overlay.is_safe_attribute
+    verdicts: dict[tuple[type, str], bool] = {}
+
+    def is_safe_attribute(obj: Any, attr: str, value: Any) -> bool:
+        kind = type(obj)
+        if obj.__class__ is not kind:
+            return ask(obj, attr, value)
+        verdict = verdicts.get((kind, attr))
+        if verdict is None:
+            verdict = verdicts[kind, attr] = ask(obj, attr, value)
+        return verdict
+
+    overlay.is_safe_attribute = is_safe_attribute
+    return overlay.from_string(source)
 
 
 def _special_strings(tokenizer: Any) -> list[str]:
