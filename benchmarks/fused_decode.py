@@ -25,9 +25,10 @@ only. When a way pays on a GPU, `graphs` decoding takes it by default (`decoder_
 
 `--compile` compiles the ways on the CPU too (`graphs`: inductor, no capture there): the CPU's
 figures for the compiled prefill (a nano at 64 opening prompts, 1 thread) are in
-docs/models.md. Before 2026-11-28 the third way was transformers' whole model under
-`torch.compile(dynamic=True)`: it compiled 4 graphs across a rollout's turns on the CPU (about
-7 minutes for SmolLM2-135M in float32), and failed at a second turn until 2026-11-27.
+docs/models.md. Until the evening of 2026-11-27 the third way was transformers' whole model
+under `torch.compile(dynamic=True)`: it compiled 4 graphs across a rollout's turns on the CPU
+(about 7 minutes for SmolLM2-135M in float32), and until earlier that day failed at a second
+turn.
 """
 
 from __future__ import annotations
