@@ -138,14 +138,14 @@ class _Template:
 
 
 def _remembering_verdicts(template: Any, source: str) -> Any:
-    """`template` (of `source`) compiled again in an overlay of its sandbox that remembers the sandbox's
-    verdict on each (type, attribute) it is asked about (a template's `loop.first`, say), so
-    that rendering a conversation asks once, not once per message and render.
+    """`template` (of `source`) compiled again in an overlay of its sandbox that remembers the
+    sandbox's verdict on each (type, attribute) it is asked about (a template's `loop.first`,
+    say), so that rendering a conversation asks once, not once per message and render.
 
-    Sound for jinja's `ImmutableSandboxedEnvironment` as it is (checked: the overlay is made only
-    for that class): its verdict reads the attribute's name and `isinstance` tests of the
-    object, nothing else, so objects of one type get one verdict; an object whose `__class__`
-    is not its type is asked anew every time. Every refusal stays a refusal."""
+    Sound for jinja's `ImmutableSandboxedEnvironment` as it is (the overlay is made only for
+    that class): its verdict reads the attribute's name and `isinstance` tests of the object,
+    nothing else, so objects of one type get one verdict; an object whose `__class__` is not
+    its type is asked anew every time. Every refusal stays a refusal."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     environment = template.environment
