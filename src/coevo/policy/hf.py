@@ -463,12 +463,6 @@ class HFPolicy:
             width = fed[order[0]]
             cache = new_cache(self.model.config, prefixes, width=total - width, free=free)
             logits = self._feed([prompts[i] for i in order], cached, width, total, cache)
-        elif fed_by_decoder:
-            buffers = [(k[:n], v[:n]) for k, v in slots.kv]
-            fill_prefixes(buffers, prefixes, ends, free)
-            inputs = self._fed_inputs([prompts[i] for i in order], cached, fed[order[0]], total)
-            logits = self.decoder.feed(slots, *inputs, self._cache_keyword)
-            cache = None  # the slots are the cache
         else:
             if slots is None:
                 buffers = prefix_buffers(
@@ -483,22 +477,28 @@ class HFPolicy:
             else:
                 buffers = [(k[:n], v[:n]) for k, v in slots.kv]
                 fill_prefixes(buffers, prefixes, ends, free)
-            parts, start = [], 0
-            for rows in groups:
-                stop = start + len(rows)
-                width = fed[rows[0]]
-                # This group's rows of the buffers: the model writes their keys/values there.
-                part = cache_over(
-                    self.model.config,
-                    [(k[start:stop], v[start:stop]) for k, v in buffers],
-                    total - width,
-                    reserve=0,
-                )
-                batch = [prompts[i] for i in rows]
-                parts.append(self._feed(batch, cached[start:stop], width, total, part))
-                start = stop
-            cache = cache_over(self.model.config, buffers, total, reserve)
-            logits = torch.cat(parts)
+            if fed_by_decoder:  # one group, fed over the slots: they are the cache
+                batch = [prompts[i] for i in order]
+                inputs = self._fed_inputs(batch, cached, fed[order[0]], total)
+                logits = self.decoder.feed(slots, *inputs, self._cache_keyword)
+                cache = None
+            else:
+                parts, start = [], 0
+                for rows in groups:
+                    stop = start + len(rows)
+                    width = fed[rows[0]]
+                    # This group's rows of the buffers: the model writes their keys/values.
+                    part = cache_over(
+                        self.model.config,
+                        [(k[start:stop], v[start:stop]) for k, v in buffers],
+                        total - width,
+                        reserve=0,
+                    )
+                    batch = [prompts[i] for i in rows]
+                    parts.append(self._feed(batch, cached[start:stop], width, total, part))
+                    start = stop
+                cache = cache_over(self.model.config, buffers, total, reserve)
+                logits = torch.cat(parts)
         attention = right_aligned([len(prompts[i]) for i in order], total)  # (batch, slots)
         return cache, attention.to(self.device), logits, order
 

@@ -185,10 +185,22 @@ def forward_step(
     """One token per row through the model, its key/value written at the cache's slot; the
     part of a step that is compiled. Returns the next logits (rows, vocab). `mask` already lets
     the fed token attend to itself (`StaticDecoder.step`)."""
+    return _next_logits(model, cache, ids[:, None], positions[:, None], mask[:, None], keyword)
+
+
+def _next_logits(
+    model: Any,
+    cache: Any,
+    ids: torch.Tensor,  # (rows, tokens)
+    positions: torch.Tensor,  # (rows, tokens)
+    mask: torch.Tensor,  # (rows, tokens, room) bool: the slots each token attends
+    keyword: str,
+) -> torch.Tensor:
+    """The model over slots: the logits after each row's last token (rows, vocab)."""
     out = model(
-        input_ids=ids[:, None],
-        attention_mask=mask[:, None, None, :],  # 4-D: passed to attention as it is
-        position_ids=positions[:, None],
+        input_ids=ids,
+        attention_mask=mask[:, None],  # 4-D: passed to attention as it is
+        position_ids=positions,
         **{keyword: cache},
         use_cache=True,
         logits_to_keep=1,
@@ -219,15 +231,7 @@ def forward_fed(
     before = slots[None, :] <= span[:, None]  # (width, room)
     own = slots[None, :] == span[:, None]
     mask = (real[:, None, :] & before) | own  # (rows, width, room)
-    out = model(
-        input_ids=ids,
-        attention_mask=mask[:, None],  # 4-D: passed to attention as it is
-        position_ids=positions,
-        **{keyword: cache},
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    return out.logits[:, -1, :]
+    return _next_logits(model, cache, ids, positions, mask, keyword)
 
 
 def sample_step(slots: Slots, logits: torch.Tensor, sampling: Sampling, stop_ids: torch.Tensor):
@@ -454,21 +458,20 @@ class StaticDecoder:
         sample_step(slots, logits, sampling, stop_ids)
 
     def _forward_step(self) -> Callable:
-        if self._forward is None:
-            if self.compile is None:
-                self._forward = forward_step
-            else:
-                compiled = self.compile(forward_step)
-                self._forward = _falling_back(self, "_forward", compiled, forward_step)
-        return self._forward
+        return self._compiled("_forward", forward_step, "the decode step")
 
     def _forward_fed(self) -> Callable:
-        if self._fed is None:
+        return self._compiled("_fed", forward_fed, "the prefill")
+
+    def _compiled(self, held: str, plain: Callable, what: str) -> Callable:
+        """`plain` as the decoder runs it, kept in its attribute `held`: compiled (falling
+        back to `plain` on a failure), or as it is where nothing compiles."""
+        if getattr(self, held) is None:
             if self.compile is None:
-                self._fed = forward_fed
+                setattr(self, held, plain)
             else:
-                self._fed = _falling_back(self, "_fed", self.compile(forward_fed), forward_fed)
-        return self._fed
+                setattr(self, held, _falling_back(self, held, self.compile(plain), plain, what))
+        return getattr(self, held)
 
     def _graph(
         self, slots: Slots, sampling: Sampling, stop_ids: torch.Tensor, keyword: str
@@ -551,7 +554,7 @@ def _capturing() -> bool:
 
 
 def _falling_back(
-    decoder: StaticDecoder, held: str, compiled: Callable, plain: Callable
+    decoder: StaticDecoder, held: str, compiled: Callable, plain: Callable, what: str
 ) -> Callable:
     """`compiled`, or `plain` from its first failure on, when it becomes the decoder's `held`
     (compiling happens on the first call, before anything runs, so the state is untouched).
@@ -561,7 +564,6 @@ def _falling_back(
     run of 2026-11-26: a forward hook's Python counter) would otherwise compile anew at each
     step, tens of seconds each on a GPU, until dynamo's recompile limit."""
     compiled_once = False
-    what = "the prefill" if held == "_fed" else "the decode step"
 
     def run(*args: Any) -> Any:
         nonlocal compiled_once
