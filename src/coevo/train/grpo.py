@@ -42,6 +42,7 @@ from __future__ import annotations
 import copy
 import random
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -228,7 +229,13 @@ def train_grpo(
                     )
             update_s = time.perf_counter() - started
             lr = scheduler.get_last_lr()[0]  # the rate this step used
-            scheduler.step()
+            with warnings.catch_warnings():
+                # The schedule follows the steps, updated or skipped: a skipped first step is
+                # no misordered call, as torch's warning would have it.
+                warnings.filterwarnings(
+                    "ignore", "Detected call of `lr_scheduler.step", UserWarning
+                )
+                scheduler.step()
 
             record = {"step": step, "lr": lr}
             record.update(rollout_stats(accelerator, played, rewards, groups, config.samples))
