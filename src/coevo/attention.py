@@ -262,8 +262,9 @@ def causal_varlen(
     (`is_causal=True` in older torches), grouped-query heads `enable_gqa` where it takes that
     (added to torch in April 2026: the GPU image's 2.11 takes `scale` and `window_size` but not
     it, as read in its wheel; without it each key/value head is repeated for its query heads,
-    as transformers' `repeat_kv` does), and `scale` where it takes that (torch 2.9's first
-    spelling did not: the queries are scaled instead, against the kernel's 1 / sqrt(head_dim))."""
+    as transformers' `repeat_kv` does), and `scale` where it takes that (torch 2.10, the lowest
+    coevo runs on, takes neither it nor `window_size`: the queries are scaled instead, against
+    the kernel's 1 / sqrt(head_dim))."""
     gqa, window, scaled = _varlen_spelling(varlen_attn)
     options: dict[str, Any] = {}
     if scaled:
