@@ -19,6 +19,7 @@ from rich.text import Text
 from coevo.envs import base as envs
 from coevo.envs.conversation import expert_trajectory
 from coevo.run.console import duration
+from coevo.versions import outdated
 
 app = typer.Typer(
     help="Train LLM agents that improve themselves from their own interaction with text envs.",
@@ -476,6 +477,13 @@ def main() -> None:
     # as with uvicorn and pytest.
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
+    stale = outdated()
+    if stale:
+        err_console.print(
+            f"[yellow]warning: installed below coevo's bounds: {escape('; '.join(stale))}; "
+            "what fails below them: docs/development.md#versions.[/]",
+            soft_wrap=True,
+        )
     app()
 
 
